@@ -1,0 +1,31 @@
+"""One local SparkSession for the whole suite; its Python workers run this interpreter."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    # Workers must run this venv's Python, or they start one without pyarrow.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("DYNSOURCE_FILTER_STORE", str(tmp_path_factory.mktemp("filter-store")))
+    from pyspark.sql import SparkSession
+
+    import dynsource
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dynsource-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    dynsource.register(session)
+    yield session
+    session.stop()
