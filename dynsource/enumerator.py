@@ -1,0 +1,231 @@
+"""Partition enumeration: the static walk of a Hive-style table, and the dynamic one that prunes it.
+
+Following Flink's ``flink-connector-files``, :class:`PartitionEnumerator` only
+walks directories; :class:`DynamicPartitionEnumerator` wraps it and supplies the
+per-level decision from a :class:`~dynsource.filtering.DynamicFilteringData`
+(FLIP-248's ``DynamicFileEnumerator.setDynamicFilteringData``). Because the
+decision is taken level by level, nothing below a pruned directory is listed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import fsspec
+import pyarrow as pa
+
+from dynsource import partitions
+from dynsource.filtering import DynamicFilteringData
+
+log = logging.getLogger(__name__)
+
+# Decides, for the candidate directories of one level, which to descend into.
+# Arguments: the partition columns known so far and one tuple of raw values per candidate.
+LevelFilter = Callable[[tuple[str, ...], Sequence[tuple[str, ...]]], Sequence[bool]]
+
+_LIST_THREADS = 16
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A leaf partition directory: its raw (escaped) values, one per column, and its data files."""
+
+    path: str
+    raw_values: tuple[str, ...]
+    files: tuple[DataFile, ...]
+
+
+@dataclass
+class Listing:
+    """What one enumeration found, with the counts the scan report needs."""
+
+    columns: tuple[str, ...]
+    partitions: list[Partition]
+    directories_pruned: int = 0
+    listed_paths: list[str] = field(default_factory=list)
+
+
+class PartitionEnumerator:
+    """Walks a Hive-style table directory (``root/k1=v1/k2=v2/file``) one level at a time."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+
+    def enumerate(self, level_filter: LevelFilter | None = None) -> Listing:
+        """List the table's partitions, descending only into directories ``level_filter`` keeps."""
+        listing = Listing(columns=(), partitions=[])
+        root_info = self._root_info()
+        if root_info["type"] != "directory":
+            listing.partitions.append(Partition(self.root, (), (DataFile(root_info["name"], root_info["size"]),)))
+            return listing
+        frontier = [(self.root, ())]
+        with ThreadPoolExecutor(_LIST_THREADS) as pool:
+            while frontier:
+                children = list(pool.map(lambda node: self._list(node[0], listing), frontier))
+                if not any(kv for _, _, kv in children):
+                    listing.partitions.extend(self._leaves(frontier, children, pool, listing))
+                    break
+                column = self._level_column(frontier, children)
+                listing.columns += (column,)
+                candidates = [
+                    (path, values + (raw,))
+                    for (_, values), (_, _, kv) in zip(frontier, children)
+                    for path, _, raw in kv
+                ]
+                keep = level_filter(listing.columns, [v for _, v in candidates]) if level_filter else None
+                if keep is not None:
+                    listing.directories_pruned += sum(1 for k in keep if not k)
+                    candidates = [c for c, k in zip(candidates, keep) if k]
+                frontier = candidates
+        return listing
+
+    def _root_info(self) -> dict:
+        try:
+            return self.fs.info(self.root)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"Option 'path': '{self.root}' does not exist.") from None
+
+    def _list(self, path: str, listing: Listing) -> tuple[list[dict], list[str], list[tuple[str, str, str]]]:
+        """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``."""
+        listing.listed_paths.append(path)
+        files, plain, kv = [], [], []
+        for entry in self.fs.ls(path, detail=True):
+            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            if partitions.is_hidden(name):
+                continue
+            if entry["type"] != "directory":
+                files.append(entry)
+                continue
+            parsed = partitions.parse_directory_name(name)
+            if parsed is None:
+                plain.append(entry["name"].rstrip("/"))
+            else:
+                kv.append((entry["name"].rstrip("/"), parsed[0], parsed[1]))
+        kv.sort()
+        return files, plain, kv
+
+    def _level_column(self, frontier, children) -> str:
+        """The one column this level partitions by; any other layout is Spark's 'conflicting' error."""
+        names = {name for _, _, kv in children for _, name, _ in kv}
+        if len(names) > 1:
+            examples = sorted({path for _, _, kv in children for path, _, _ in kv})[:4]
+            raise ValueError(
+                f"Conflicting partition column names {sorted(names)} at the same directory level under "
+                f"'{self.root}', e.g. {examples}; every branch must be partitioned by the same columns in order."
+            )
+        for (path, _), (files, plain, kv) in zip(frontier, children):
+            if kv and (files or plain):
+                stray = (files[0]["name"] if files else plain[0])
+                raise ValueError(
+                    f"Conflicting directory structures under '{path}': '{stray}' sits beside partition "
+                    f"directories like '{kv[0][0]}'. Move or delete it, or point option 'path' at a "
+                    "partition directory."
+                )
+            if not kv and (files or plain):
+                raise ValueError(
+                    f"Conflicting directory structures: '{path}' holds data directly while other branches "
+                    f"are partitioned by '{names.pop()}'; every leaf must be at the same depth."
+                )
+        return names.pop()
+
+    def _leaves(self, frontier, children, pool, listing: Listing) -> list[Partition]:
+        """Partitions for the last level; files in plain sub-directories belong to their partition."""
+        leaves = []
+        for (path, values), (files, plain, _) in zip(frontier, children):
+            found = [DataFile(f["name"], int(f["size"])) for f in files]
+            for nested in pool.map(lambda d: self._find(d, listing), plain):
+                found.extend(nested)
+            if found:
+                leaves.append(Partition(path, values, tuple(sorted(found, key=lambda f: f.path))))
+        return leaves
+
+    def _find(self, directory: str, listing: Listing) -> list[DataFile]:
+        listing.listed_paths.append(directory)
+        found = self.fs.find(directory, detail=True)
+        prefix = len(directory.rstrip("/")) + 1
+        return [
+            DataFile(name, int(info["size"]))
+            for name, info in found.items()
+            if info["type"] != "directory"
+            and not any(partitions.is_hidden(part) for part in name[prefix:].split("/"))
+        ]
+
+
+class DynamicPartitionEnumerator:
+    """Wraps a :class:`PartitionEnumerator` and keeps only partitions a dynamic filter may match.
+
+    Parameters
+    ----------
+    static : PartitionEnumerator
+        The walk to prune.
+    column_types : mapping of str to str
+        Known Spark SQL types of partition columns (from the table schema or
+        ``partitionColumns``); other columns are typed by Spark's inference.
+    time_zone : str or None
+        Zone of timestamp partition values (None: this process's zone).
+    on_error : {"fallback", "fail"}
+        What a filter that cannot be applied does: read everything (logged) or raise.
+    """
+
+    def __init__(
+        self,
+        static: PartitionEnumerator,
+        column_types: Mapping[str, str],
+        *,
+        time_zone: str | None = None,
+        on_error: str = "fallback",
+    ) -> None:
+        self.static = static
+        self.column_types = dict(column_types)
+        self.time_zone = time_zone
+        self.on_error = on_error
+        self.data: DynamicFilteringData | None = None
+        self.fallback_reason: str | None = None
+
+    def set_dynamic_filtering_data(self, data: DynamicFilteringData) -> None:
+        self.data = data
+
+    def enumerate(self) -> Listing:
+        if self.data is None or not self.data.is_filtering:
+            return self.static.enumerate()
+        listing = self.static.enumerate(self._keep)
+        self._check_fields(listing)
+        return listing
+
+    def _keep(self, columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
+        if self.fallback_reason is not None:
+            return None
+        filtered = [i for i, column in enumerate(columns) if column in self.data.field_names]
+        if not filtered or filtered[-1] != len(columns) - 1:
+            return None  # the new level is not a filter column: it cannot prune more than its parent did
+        try:
+            candidates = pa.table({columns[i]: self._typed(columns[i], [row[i] for row in raw_rows]) for i in filtered})
+            return self.data.matching_mask(candidates).to_pylist()
+        except (TypeError, ValueError) as error:
+            if self.on_error == "fail":
+                raise
+            self.fallback_reason = f"cannot apply the dynamic filter to column '{columns[-1]}': {error}"
+            log.warning("dynsource: %s; reading every partition below this level.", self.fallback_reason)
+            return None
+
+    def _typed(self, column: str, raw: list[str]) -> pa.Array:
+        type_name = self.column_types.get(column) or partitions.infer_type(raw)
+        return partitions.to_arrow(raw, type_name, time_zone=self.time_zone)
+
+    def _check_fields(self, listing: Listing) -> None:
+        unknown = [name for name in self.data.field_names if name not in listing.columns]
+        if unknown and (listing.partitions or not listing.directories_pruned):
+            raise ValueError(
+                f"Dynamic filter field(s) {unknown} are not partition columns of '{self.static.root}'; "
+                f"its partition columns are {list(listing.columns)}."
+            )

@@ -1,0 +1,135 @@
+"""Data files: fsspec URLs to filesystems, file formats, schemas and reading splits as Arrow batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+from dynsource.planner import FileSplit
+
+
+def open_table(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem and in-filesystem root of a table URL (a plain path is a local URL)."""
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root
+
+
+def arrow_filesystem(fs: fsspec.AbstractFileSystem) -> pafs.FileSystem:
+    """pyarrow's native filesystem where there is one (local), else fsspec wrapped for pyarrow."""
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        return pafs.LocalFileSystem()
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def file_format(name: str) -> ds.FileFormat:
+    if name == "parquet":
+        # Spark writes timestamps as INT96 by default; read them at Spark's microsecond precision.
+        return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    return {"orc": ds.OrcFileFormat, "csv": ds.CsvFileFormat, "json": ds.JsonFileFormat}[name]()
+
+
+def file_schema(path: str, fs: pafs.FileSystem, format_name: str) -> pa.Schema:
+    """The Arrow schema of one data file, with Parquet INT96 columns typed as Spark reads them."""
+    try:
+        if format_name == "json":
+            schema = _read_json(path, fs).schema
+        else:
+            schema = file_format(format_name).make_fragment(path, filesystem=fs).physical_schema
+    except (OSError, pa.ArrowException) as error:
+        raise ValueError(f"Cannot read the schema of data file '{path}' as {format_name}: {error}") from None
+    if format_name == "parquet":
+        schema = _int96_as_instants(path, fs, schema)
+    return schema
+
+
+def _int96_as_instants(path: str, fs: pafs.FileSystem, schema: pa.Schema) -> pa.Schema:
+    # INT96 carries no time-zone flag, but Spark reads it as an instant (timestamp, not timestamp_ntz).
+    with fs.open_input_file(path) as handle:
+        parquet_schema = pq.ParquetFile(handle).schema
+    int96 = {parquet_schema.column(i).path for i in range(len(parquet_schema)) if parquet_schema.column(i).physical_type == "INT96"}
+    for index, arrow_field in enumerate(schema):
+        if arrow_field.name in int96:
+            schema = schema.set(index, arrow_field.with_type(pa.timestamp("us", tz="UTC")))
+    return schema
+
+
+def read_split(
+    split: FileSplit,
+    fs: pafs.FileSystem,
+    format_name: str,
+    target: pa.Schema,
+    partition_columns: Sequence[str],
+    batch_size: int,
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``target`` for one split: data columns cast exactly, partition columns as constants."""
+    constants = dict(zip(partition_columns, split.partition_values))
+    try:
+        for batch in _batches(split, fs, format_name, [f.name for f in target if f.name not in constants], batch_size):
+            yield _conform(batch, target, constants)
+    except (OSError, pa.ArrowException) as error:
+        raise ValueError(f"Cannot read data file '{split.path}' as {format_name}: {error}") from error
+
+
+def _batches(
+    split: FileSplit, fs: pafs.FileSystem, format_name: str, columns: list[str], batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    if format_name == "json":
+        table = _read_json(split.path, fs)
+        yield from table.select([c for c in columns if c in table.schema.names]).to_batches(batch_size)
+        return
+    fragment = _fragment(split, fs, format_name)
+    if fragment is None:
+        return
+    present = set(fragment.physical_schema.names)
+    yield from fragment.to_batches(columns=[c for c in columns if c in present], batch_size=batch_size,
+                                   use_threads=False)
+
+
+def _read_json(path: str, fs: pafs.FileSystem) -> pa.Table:
+    # pyarrow.dataset's JSON fragments return nulls for a one-line file without a final newline
+    # (pyarrow 26); pyarrow.json reads it right.
+    with fs.open_input_stream(path) as stream:
+        return pj.read_json(stream)
+
+
+def _fragment(split: FileSplit, fs: pafs.FileSystem, format_name: str) -> ds.Fragment | None:
+    fmt = file_format(format_name)
+    fragment = fmt.make_fragment(split.path, filesystem=fs)
+    if split.start == 0 and split.length == split.file_size:
+        return fragment
+    # Like Spark: a split owns the row groups whose midpoint falls inside its byte range.
+    groups = [
+        index
+        for index in range(fragment.metadata.num_row_groups)
+        if split.start <= _midpoint(fragment.metadata.row_group(index)) < split.start + split.length
+    ]
+    return fmt.make_fragment(split.path, filesystem=fs, row_groups=groups) if groups else None
+
+
+def _midpoint(row_group: pq.RowGroupMetaData) -> int:
+    first = row_group.column(0)
+    start = first.data_page_offset
+    if first.has_dictionary_page and 0 < first.dictionary_page_offset < start:
+        start = first.dictionary_page_offset
+    size = sum(row_group.column(i).total_compressed_size for i in range(row_group.num_columns))
+    return start + size // 2
+
+
+def _conform(batch: pa.RecordBatch, target: pa.Schema, constants: dict[str, Any]) -> pa.RecordBatch:
+    rows = batch.num_rows
+    columns = []
+    for target_field in target:
+        if target_field.name in constants:
+            columns.append(pa.repeat(pa.scalar(constants[target_field.name], target_field.type), rows))
+        elif target_field.name in batch.schema.names:
+            columns.append(batch.column(target_field.name).cast(target_field.type))
+        else:
+            columns.append(pa.nulls(rows, target_field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=target)

@@ -1,0 +1,123 @@
+"""Reader options: their names, defaults and validation.
+
+Spark may hand the options lower-cased (``WITH (...)`` in SQL), so names are
+matched case-insensitively and reported in their documented camelCase form.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from dynsource.partitions import parse_ddl
+from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
+
+FORMATS = ("parquet", "orc", "csv", "json")
+ON_ERROR = ("fallback", "fail")
+DEFAULT_BATCH_SIZE = 65536
+
+_BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """The validated options of one ``dynsource`` read (see ``DynsourceDataSource`` for their meaning)."""
+
+    path: str
+    format: str = "parquet"
+    dynamicFilter: str | None = None
+    dynamicFilteringEnabled: bool = True
+    dynamicFilterOnError: str = "fallback"
+    filterStore: str | None = None
+    partitionColumns: tuple[tuple[str, str], ...] = ()
+    maxPartitionBytes: int = DEFAULT_MAX_PARTITION_BYTES
+    openCostInBytes: int = DEFAULT_OPEN_COST_IN_BYTES
+    minPartitionNum: int = os.cpu_count() or 1
+    batchSize: int = DEFAULT_BATCH_SIZE
+    timeZone: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ScanOptions:
+        """Validate string options as Spark passes them; every problem names the option."""
+        canonical = {f.name.lower(): f.name for f in fields(cls)}
+        unknown = sorted(key for key in options if key.lower() not in canonical)
+        if unknown:
+            raise ValueError(
+                f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are "
+                f"{sorted(canonical.values())}."
+            )
+        given = {canonical[key.lower()]: value for key, value in options.items()}
+        path = (given.pop("path", None) or "").strip()
+        if not path:
+            raise ValueError("Option 'path' is required: the fsspec URL or local path of the table directory.")
+        return cls(path=path, **{name: _PARSERS[name](name, value) for name, value in given.items()})
+
+
+def _choice(allowed: tuple[str, ...]):
+    def parse(name: str, value: str) -> str:
+        text = str(value).strip().lower()
+        if text not in allowed:
+            raise ValueError(f"Option '{name}' = {value!r} is not valid; expected one of {list(allowed)}.")
+        return text
+
+    return parse
+
+
+def _boolean(name: str, value: str) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"Option '{name}' = {value!r} is not valid; expected 'true' or 'false'.")
+    return text == "true"
+
+
+def _byte_size(name: str, value: str) -> int:
+    match = _BYTES.match(str(value))
+    if not match or int(match.group(1)) <= 0:
+        raise ValueError(f"Option '{name}' = {value!r} is not a positive byte size; expected e.g. 134217728 or '128m'.")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def _positive_int(name: str, value: str) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"Option '{name}' = {value!r} is not valid; expected a positive integer.")
+    return int(text)
+
+
+def _text(name: str, value: str) -> str | None:
+    return str(value).strip() or None
+
+
+def _ddl(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    try:
+        return tuple(parse_ddl(value))
+    except ValueError as error:
+        raise ValueError(f"Option '{name}' = {value!r} is not valid: {error}") from None
+
+
+def _time_zone(name: str, value: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(str(value).strip())
+    except Exception:
+        raise ValueError(f"Option '{name}' = {value!r} is not a known time zone; expected an IANA name such as 'UTC'.") from None
+    return str(value).strip()
+
+
+_PARSERS = {
+    "format": _choice(FORMATS),
+    "dynamicFilter": _text,
+    "dynamicFilteringEnabled": _boolean,
+    "dynamicFilterOnError": _choice(ON_ERROR),
+    "filterStore": _text,
+    "partitionColumns": _ddl,
+    "maxPartitionBytes": _byte_size,
+    "openCostInBytes": _byte_size,
+    "minPartitionNum": _positive_int,
+    "batchSize": _positive_int,
+    "timeZone": _time_zone,
+}

@@ -1,0 +1,233 @@
+"""The ``dynsource`` Python data source: a Hive-partitioned file table read with dynamic partition pruning."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from dynsource import files, partitions, planner, report, store
+from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
+from dynsource.filtering import DynamicFilteringData
+from dynsource.options import ScanOptions
+from dynsource.types import arrow_type, normalize_type
+
+log = logging.getLogger(__name__)
+
+
+class DynsourceDataSource(DataSource):
+    """Hive-partitioned Parquet/ORC/CSV/JSON tables, pruned at run time by a dynamic filter.
+
+    The schema is the data columns of the files followed by the partition
+    columns, with the names and types ``spark.read.parquet(path)`` gives. With
+    ``dynamicFilter`` set to a handle from :func:`dynsource.collect` or
+    :func:`dynsource.publish`, only partitions whose values the filter contains
+    are listed, planned and read; a filter that cannot be trusted (exceeded,
+    missing, unreadable) reads every partition and logs a WARNING.
+
+    Options
+    -------
+    path : str, required
+        Table directory as an fsspec URL (``file:///data/store_sales``,
+        ``memory://t``, ``s3://bucket/t``) or a local path.
+    format : str, default "parquet"
+        File format of the data files: ``parquet``, ``orc``, ``csv`` (with a
+        header row) or ``json`` (one object per line), read by pyarrow.dataset.
+    dynamicFilter : str, default none
+        Handle of the dynamic filter to prune with.
+    dynamicFilteringEnabled : bool, default "true"
+        ``false`` ignores ``dynamicFilter`` and reads every partition.
+    dynamicFilterOnError : str, default "fallback"
+        When the handle was never published or its payload cannot be read:
+        ``fallback`` reads every partition and logs a WARNING naming the handle
+        and the reason; ``fail`` raises.
+    filterStore : str, default ``$DYNSOURCE_FILTER_STORE`` or ``~/.cache/dynsource/filters``
+        fsspec directory the handle was published in (the ``store=`` of ``collect``/``publish``).
+    partitionColumns : str, default inferred
+        DDL of partition column types, e.g. ``"ss_sold_date_sk BIGINT"``;
+        unnamed columns are inferred like Spark does.
+    maxPartitionBytes : str, default "134217728" (128 MB)
+        Most bytes packed into one Spark partition (``spark.sql.files.maxPartitionBytes``); ``"128m"`` works.
+    openCostInBytes : str, default "4194304" (4 MB)
+        Estimated cost of opening a file, as ``spark.sql.files.openCostInBytes``.
+    minPartitionNum : str, default the number of CPU cores
+        Parallelism the split size aims for, as ``spark.sql.files.minPartitionNum``.
+    batchSize : str, default "65536"
+        Most rows per Arrow batch handed to Spark.
+    timeZone : str, default this machine's time zone
+        Zone of timestamp partition values such as ``ts=2024-01-01 10%3A00%3A00``
+        (set it to ``spark.sql.session.timeZone`` if you changed that).
+
+    Examples
+    --------
+    >>> import dynsource, pyarrow as pa, pyarrow.parquet as pq, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> pq.write_to_dataset(pa.table({"price": [1.5, 2.5, 4.0], "day": [1, 2, 3]}), root, partition_cols=["day"])
+    >>> dynsource.register(spark)
+    >>> handle = dynsource.publish(dynsource.DynamicFilteringData([("day", "int")], [(2,), (3,)]))
+    >>> df = spark.read.format("dynsource").option("path", root).option("dynamicFilter", handle).load()
+    >>> sorted(df.collect())
+    [Row(price=2.5, day=2), Row(price=4.0, day=3)]
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "dynsource"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.scan_options = ScanOptions.parse(options)
+
+    def schema(self) -> StructType:
+        fs, root = files.open_table(self.scan_options.path)
+        listing = PartitionEnumerator(fs, root).enumerate()
+        return table_schema(listing, fs, self.scan_options)
+
+    def reader(self, schema: StructType) -> DynsourceReader:
+        return DynsourceReader(self.scan_options, schema)
+
+
+class DynsourceReader(DataSourceReader):
+    def __init__(self, options: ScanOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return plan_scan(self.options, self.schema)
+
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
+            return
+        plan: planner.SplitPlan = partition.value
+        fs = files.arrow_filesystem(files.open_table(self.options.path)[0])
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        for split in plan.splits:
+            yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
+                                        self.options.batchSize)
+
+
+def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
+    """Data columns of the first data file, then the partition columns, as ``spark.read.parquet`` gives them."""
+    first = next((f.path for p in listing.partitions for f in p.files), None)
+    if first is None:
+        raise ValueError(f"Option 'path': table '{options.path}' has no data files, so its schema cannot be inferred.")
+    data = from_arrow_schema(files.file_schema(first, files.arrow_filesystem(fs), options.format))
+    partition_fields = {f.name: f for f in _partition_fields(listing, options)}
+    # A partition column also stored in the files keeps its place but takes the partition's type (as Spark).
+    fields = [partition_fields.pop(f.name, f) for f in data.fields] + list(partition_fields.values())
+    # Spark's file sources declare every column nullable, whatever the files say.
+    return StructType([StructField(f.name, f.dataType, nullable=True) for f in fields])
+
+
+def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:
+    declared = dict(options.partitionColumns)
+    undeclared = sorted(set(declared) - set(listing.columns))
+    if undeclared:
+        raise ValueError(
+            f"Option 'partitionColumns' names {undeclared}, which are not partition columns of '{options.path}'; "
+            f"its partition columns are {list(listing.columns)}."
+        )
+    fields = []
+    for index, column in enumerate(listing.columns):
+        type_name = declared.get(column) or partitions.infer_type(p.raw_values[index] for p in listing.partitions)
+        fields.append(from_arrow_schema(pa.schema([(column, arrow_type(type_name))]))[0])
+    return fields
+
+
+def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
+    """Enumerate (pruning with the dynamic filter if any), then pack the kept files into InputPartitions."""
+    started = time.perf_counter()
+    fs, root = files.open_table(options.path)
+    column_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
+    column_types.update(dict(options.partitionColumns))
+    enumerator = DynamicPartitionEnumerator(
+        PartitionEnumerator(fs, root), column_types, time_zone=options.timeZone, on_error=options.dynamicFilterOnError
+    )
+    data, unusable = _filter_data(options)
+    if data is not None:
+        enumerator.set_dynamic_filtering_data(data)
+    listing = enumerator.enumerate()
+    read_columns = [c for c in listing.columns if c in column_types]
+    _check_data_columns(schema, listing, fs, options)
+    values = _typed_values(listing, read_columns, column_types, options.timeZone)
+    input_partitions = planner.plan(
+        listing.partitions, values, read_columns,
+        splittable=options.format == "parquet",
+        max_partition_bytes=options.maxPartitionBytes,
+        open_cost_in_bytes=options.openCostInBytes,
+        min_partition_num=options.minPartitionNum,
+    )
+    if options.dynamicFilter and options.dynamicFilteringEnabled:
+        reason = unusable or enumerator.fallback_reason
+        if data is not None and not data.is_filtering:
+            reason = "the filter exceeded the collector's threshold"
+        _report(options, data, listing, reason, len(input_partitions), started)
+    return input_partitions
+
+
+def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str | None]:
+    """The filter to apply, or None and why it cannot be used (under ``dynamicFilterOnError=fallback``)."""
+    if not options.dynamicFilter or not options.dynamicFilteringEnabled:
+        return None, None
+    try:
+        return store.resolve(options.dynamicFilter, options.filterStore), None
+    except (LookupError, ValueError, OSError) as error:
+        if options.dynamicFilterOnError == "fail":
+            raise
+        log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",
+                    options.dynamicFilter, error)
+        return None, str(error)
+
+
+def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: ScanOptions) -> None:
+    """A requested column must be a partition column or stored in the files (checked on the first kept file)."""
+    first = next((f.path for p in listing.partitions for f in p.files), None)
+    wanted = [f.name for f in schema.fields if f.name not in listing.columns]
+    if first is None or not wanted:
+        return
+    stored = set(files.file_schema(first, files.arrow_filesystem(fs), options.format).names)
+    missing = [name for name in wanted if name not in stored]
+    if missing:
+        raise ValueError(
+            f"Column(s) {missing} of the read schema are neither partition columns {list(listing.columns)} "
+            f"nor stored in data file '{first}' (columns {sorted(stored)})."
+        )
+
+
+def _typed_values(listing: Listing, columns: Sequence[str], types: dict[str, str], zone: str | None) -> list[tuple]:
+    indexes = [listing.columns.index(c) for c in columns]
+    typed = [
+        partitions.to_arrow([p.raw_values[i] for p in listing.partitions], types[c], time_zone=zone).to_pylist()
+        for i, c in zip(indexes, columns)
+    ]
+    return list(zip(*typed)) if typed else [()] * len(listing.partitions)
+
+
+def _report(options, data, listing, reason, input_partitions, started) -> None:
+    kept_files = [f for p in listing.partitions for f in p.files]
+    scan = report.ScanReport(
+        handle=options.dynamicFilter,
+        path=options.path,
+        payload_kind=data.kind if data is not None else None,
+        keys=len(data) if data is not None else None,
+        filtering=reason is None,
+        partitions_total=len(listing.partitions) + listing.directories_pruned,
+        partitions_kept=len(listing.partitions),
+        files_kept=len(kept_files),
+        bytes_kept=sum(f.size for f in kept_files),
+        listings=len(listing.listed_paths),
+        input_partitions=input_partitions,
+        planning_ms=round((time.perf_counter() - started) * 1000, 1),
+        fallback_reason=reason,
+    )
+    scan.log()
+    try:
+        report.save(scan, options.filterStore)
+    except OSError as error:
+        log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamicFilter, error)

@@ -1,0 +1,128 @@
+"""Static and dynamic partition enumeration on a real fsspec memory filesystem (no Spark)."""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+import pytest
+
+from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.filtering import DynamicFilteringData
+
+
+@pytest.fixture
+def fs():
+    return fsspec.filesystem("memory")
+
+
+def make_tree(fs, files: list[str]) -> str:
+    root = f"/t-{uuid.uuid4().hex}"
+    for name in files:
+        fs.pipe(f"{root}/{name}", b"x" * 10)
+    return root
+
+
+def dynamic(fs, root, data, types=None, on_error="fallback"):
+    enumerator = DynamicPartitionEnumerator(PartitionEnumerator(fs, root), types or {}, on_error=on_error)
+    enumerator.set_dynamic_filtering_data(data)
+    return enumerator
+
+
+def test_static_lists_every_partition_and_skips_hidden_files(fs):
+    root = make_tree(fs, ["a=1/b=x/f.parquet", "a=1/b=y/f.parquet", "a=2/b=x/f.parquet", "a=2/b=x/_SUCCESS",
+                          "_temporary/junk", ".hidden/f", "a=2/b=x/.f.crc"])
+    listing = PartitionEnumerator(fs, root).enumerate()
+    assert listing.columns == ("a", "b")
+    assert sorted(p.raw_values for p in listing.partitions) == [("1", "x"), ("1", "y"), ("2", "x")]
+    assert all(len(p.files) == 1 and p.files[0].size == 10 for p in listing.partitions)
+
+
+def test_unpartitioned_table_and_nested_plain_directories(fs):
+    root = make_tree(fs, ["f1.parquet", "sub/f2.parquet"])
+    listing = PartitionEnumerator(fs, root).enumerate()
+    assert listing.columns == ()
+    assert [len(p.files) for p in listing.partitions] == [2]
+
+
+def test_level_by_level_pruning_never_lists_pruned_directories(fs):
+    root = make_tree(fs, [f"a={a}/b={b}/f.parquet" for a in range(5) for b in range(4)])
+    data = DynamicFilteringData([("a", "int")], [(1,), (3,)])
+    listing = dynamic(fs, root, data).enumerate()
+    assert sorted(p.raw_values for p in listing.partitions) == [(str(a), str(b)) for a in (1, 3) for b in range(4)]
+    pruned = [f"{root}/a={a}" for a in (0, 2, 4)]
+    assert not [path for path in listing.listed_paths if any(path.startswith(p) for p in pruned)]
+    assert len(listing.listed_paths) == 1 + 2 + 2 * 4  # root, the kept a= directories, their b= leaves
+    assert listing.directories_pruned == 3
+
+
+def test_multi_column_filter_prunes_at_each_level(fs):
+    root = make_tree(fs, [f"a={a}/b={b}/f.parquet" for a in range(3) for b in "xyz"])
+    data = DynamicFilteringData([("a", "int"), ("b", "string")], [(0, "y"), (2, "z")])
+    listing = dynamic(fs, root, data).enumerate()
+    assert sorted(p.raw_values for p in listing.partitions) == [("0", "y"), ("2", "z")]
+    assert f"{root}/a=1" not in listing.listed_paths
+
+
+def test_filter_on_second_level_column(fs):
+    root = make_tree(fs, [f"a={a}/b={b}/f.parquet" for a in range(3) for b in range(3)])
+    listing = dynamic(fs, root, DynamicFilteringData([("b", "bigint")], [(2,)])).enumerate()
+    assert sorted(p.raw_values for p in listing.partitions) == [(str(a), "2") for a in range(3)]
+
+
+def test_exceeded_filter_keeps_everything(fs):
+    root = make_tree(fs, [f"a={a}/f.parquet" for a in range(4)])
+    listing = dynamic(fs, root, DynamicFilteringData([("a", "int")], exceed_threshold=True)).enumerate()
+    assert len(listing.partitions) == 4
+
+
+def test_default_partition_is_pruned_by_exact_filter_and_kept_by_null_safe(fs):
+    root = make_tree(fs, ["a=1/f.parquet", "a=__HIVE_DEFAULT_PARTITION__/f.parquet"])
+    exact = dynamic(fs, root, DynamicFilteringData([("a", "int")], [(1,), (None,)])).enumerate()
+    assert [p.raw_values for p in exact.partitions] == [("1",)]
+    null_safe = DynamicFilteringData([("a", "int")], [(1,), (None,)], null_safe=True)
+    assert len(dynamic(fs, root, null_safe).enumerate().partitions) == 2
+
+
+def test_key_is_cast_to_the_partition_type(fs):
+    root = make_tree(fs, ["k=01/f.parquet", "k=2/f.parquet", "k=3/f.parquet"])
+    listing = dynamic(fs, root, DynamicFilteringData([("k", "bigint")], [(1,), (3,)])).enumerate()
+    assert sorted(p.raw_values for p in listing.partitions) == [("01",), ("3",)]
+
+
+def test_escaped_string_values_match_unescaped_keys(fs):
+    root = make_tree(fs, ["s=a%2Fb/f.parquet", "s=c/f.parquet"])
+    listing = dynamic(fs, root, DynamicFilteringData([("s", "string")], [("a/b",)])).enumerate()
+    assert [p.raw_values for p in listing.partitions] == [("a%2Fb",)]
+
+
+def test_filter_field_that_is_not_a_partition_column_is_an_error(fs):
+    root = make_tree(fs, ["a=1/f.parquet"])
+    with pytest.raises(ValueError, match=r"not partition columns.*\['a'\]"):
+        dynamic(fs, root, DynamicFilteringData([("zzz", "int")], [(1,)])).enumerate()
+
+
+def test_incomparable_types_fall_back_or_fail(fs):
+    root = make_tree(fs, ["d=2024-01-01/f.parquet", "d=2024-01-02/f.parquet"])
+    data = DynamicFilteringData([("d", "boolean")], [(True,)])
+    assert len(dynamic(fs, root, data).enumerate().partitions) == 2
+    with pytest.raises(TypeError):
+        dynamic(fs, root, data, on_error="fail").enumerate()
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (["a=1/f.parquet", "b=1/f.parquet"], "Conflicting partition column names"),
+        (["a=1/f.parquet", "stray.parquet"], "Conflicting directory structures"),
+        (["a=1/f.parquet", "a=2/b=1/f.parquet"], "Conflicting directory structures"),
+    ],
+)
+def test_inconsistent_layouts_are_errors(fs, files, message):
+    with pytest.raises(ValueError, match=message):
+        PartitionEnumerator(fs, make_tree(fs, files)).enumerate()
+
+
+def test_missing_path_names_the_option(fs):
+    with pytest.raises(FileNotFoundError, match="Option 'path'"):
+        PartitionEnumerator(fs, "/does-not-exist").enumerate()
