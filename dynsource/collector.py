@@ -81,7 +81,9 @@ def collect_data(
 
 def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None):
     if column not in df.columns:
-        raise ValueError(f"Key column '{column}' (for fact field '{field}') is not a column of the dimension: {df.columns}.")
+        raise ValueError(
+            f"Key column '{column}' (for fact field '{field}') is not a column of the dimension: {df.columns}."
+        )
     key = F.col(f"`{column}`")
     if fact_type:
         key = key.cast(normalize_type(fact_type))

@@ -78,14 +78,14 @@ class PartitionEnumerator:
                 column = self._level_column(frontier, children)
                 listing.columns += (column,)
                 candidates = [
-                    (path, values + (raw,))
-                    for (_, values), (_, _, kv) in zip(frontier, children)
+                    (path, (*values, raw))
+                    for (_, values), (_, _, kv) in zip(frontier, children, strict=True)
                     for path, _, raw in kv
                 ]
                 keep = level_filter(listing.columns, [v for _, v in candidates]) if level_filter else None
                 if keep is not None:
                     listing.directories_pruned += sum(1 for k in keep if not k)
-                    candidates = [c for c, k in zip(candidates, keep) if k]
+                    candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
                 frontier = candidates
         return listing
 
@@ -123,7 +123,7 @@ class PartitionEnumerator:
                 f"Conflicting partition column names {sorted(names)} at the same directory level under "
                 f"'{self.root}', e.g. {examples}; every branch must be partitioned by the same columns in order."
             )
-        for (path, _), (files, plain, kv) in zip(frontier, children):
+        for (path, _), (files, plain, kv) in zip(frontier, children, strict=True):
             if kv and (files or plain):
                 stray = (files[0]["name"] if files else plain[0])
                 raise ValueError(
@@ -141,7 +141,7 @@ class PartitionEnumerator:
     def _leaves(self, frontier, children, pool, listing: Listing) -> list[Partition]:
         """Partitions for the last level; files in plain sub-directories belong to their partition."""
         leaves = []
-        for (path, values), (files, plain, _) in zip(frontier, children):
+        for (path, values), (files, plain, _) in zip(frontier, children, strict=True):
             found = [DataFile(f["name"], int(f["size"])) for f in files]
             for nested in pool.map(lambda d: self._find(d, listing), plain):
                 found.extend(nested)
@@ -205,7 +205,8 @@ class DynamicPartitionEnumerator:
     def _keep(self, columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
         if self.fallback_reason is not None:
             return None
-        filtered = [i for i, column in enumerate(columns) if column in self.data.field_names]
+        fields = {name.lower() for name in self.data.field_names}
+        filtered = [i for i, column in enumerate(columns) if column.lower() in fields]
         if not filtered or filtered[-1] != len(columns) - 1:
             return None  # the new level is not a filter column: it cannot prune more than its parent did
         try:
@@ -223,7 +224,8 @@ class DynamicPartitionEnumerator:
         return partitions.to_arrow(raw, type_name, time_zone=self.time_zone)
 
     def _check_fields(self, listing: Listing) -> None:
-        unknown = [name for name in self.data.field_names if name not in listing.columns]
+        columns = {column.lower() for column in listing.columns}
+        unknown = [name for name in self.data.field_names if name.lower() not in columns]
         if unknown and (listing.partitions or not listing.directories_pruned):
             raise ValueError(
                 f"Dynamic filter field(s) {unknown} are not partition columns of '{self.static.root}'; "

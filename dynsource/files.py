@@ -53,7 +53,8 @@ def _int96_as_instants(path: str, fs: pafs.FileSystem, schema: pa.Schema) -> pa.
     # INT96 carries no time-zone flag, but Spark reads it as an instant (timestamp, not timestamp_ntz).
     with fs.open_input_file(path) as handle:
         parquet_schema = pq.ParquetFile(handle).schema
-    int96 = {parquet_schema.column(i).path for i in range(len(parquet_schema)) if parquet_schema.column(i).physical_type == "INT96"}
+    columns = [parquet_schema.column(i) for i in range(len(parquet_schema))]
+    int96 = {column.path for column in columns if column.physical_type == "INT96"}
     for index, arrow_field in enumerate(schema):
         if arrow_field.name in int96:
             schema = schema.set(index, arrow_field.with_type(pa.timestamp("us", tz="UTC")))
@@ -69,7 +70,7 @@ def read_split(
     batch_size: int,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``target`` for one split: data columns cast exactly, partition columns as constants."""
-    constants = dict(zip(partition_columns, split.partition_values))
+    constants = dict(zip(partition_columns, split.partition_values, strict=True))
     try:
         for batch in _batches(split, fs, format_name, [f.name for f in target if f.name not in constants], batch_size):
             yield _conform(batch, target, constants)

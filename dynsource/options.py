@@ -104,7 +104,9 @@ def _time_zone(name: str, value: str) -> str:
     try:
         ZoneInfo(str(value).strip())
     except Exception:
-        raise ValueError(f"Option '{name}' = {value!r} is not a known time zone; expected an IANA name such as 'UTC'.") from None
+        raise ValueError(
+            f"Option '{name}' = {value!r} is not a known time zone; expected an IANA name such as 'UTC'."
+        ) from None
     return str(value).strip()
 
 

@@ -54,7 +54,11 @@ def plan(
 
     ``partition_values[i]`` are the typed values of ``partition_columns`` for ``partitions[i]``.
     """
-    files = [(file, values) for partition, values in zip(partitions, partition_values) for file in partition.files]
+    files = [
+        (file, values)
+        for partition, values in zip(partitions, partition_values, strict=True)
+        for file in partition.files
+    ]
     total = sum(file.size + open_cost_in_bytes for file, _ in files)
     max_split = min(max_partition_bytes, max(open_cost_in_bytes, total // max(1, min_partition_num)))
     splits = [

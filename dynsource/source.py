@@ -204,9 +204,9 @@ def _typed_values(listing: Listing, columns: Sequence[str], types: dict[str, str
     indexes = [listing.columns.index(c) for c in columns]
     typed = [
         partitions.to_arrow([p.raw_values[i] for p in listing.partitions], types[c], time_zone=zone).to_pylist()
-        for i, c in zip(indexes, columns)
+        for i, c in zip(indexes, columns, strict=True)
     ]
-    return list(zip(*typed)) if typed else [()] * len(listing.partitions)
+    return list(zip(*typed, strict=True)) if typed else [()] * len(listing.partitions)
 
 
 def _report(options, data, listing, reason, input_partitions, started) -> None:

@@ -62,7 +62,9 @@ def normalize_type(name: str) -> str:
         precision = int(match.group(1) or 10)
         scale = int(match.group(2) or 0)
         if not 0 < precision <= 38 or scale > precision:
-            raise ValueError(f"Type '{name}' is not a valid decimal: expected decimal(p,s) with 1 <= p <= 38 and s <= p.")
+            raise ValueError(
+                f"Type '{name}' is not a valid decimal: expected decimal(p,s) with 1 <= p <= 38 and s <= p."
+            )
         return f"decimal({precision},{scale})"
     raise ValueError(
         f"Type '{name}' is not a supported Spark SQL atomic type; expected one of "

@@ -108,7 +108,7 @@ def test_pruning_proven_by_deleting_non_matching_partitions(spark, star, tmp_pat
     pruned = (spark.read.format("dynsource").schema(spark.read.parquet(store_sales).schema)
               .option("path", str(table)).option("dynamicFilter", handle).load())
     assert star_join(spark, pruned, date_dim) == expected
-    with pytest.raises(Exception, match="not parquet|Parquet|magic"):
+    with pytest.raises(Exception, match=r"not parquet|Parquet|magic"):
         read(spark, table).count()
 
 
