@@ -6,6 +6,7 @@ from pyspark.sql import SparkSession
 
 from dynsource.collector import collect, collect_data
 from dynsource.filtering import DynamicFilteringData
+from dynsource.join import dynamic_join
 from dynsource.report import ScanReport, scan_report
 from dynsource.source import DynsourceDataSource
 from dynsource.store import publish, resolve
@@ -16,6 +17,7 @@ __all__ = [
     "ScanReport",
     "collect",
     "collect_data",
+    "dynamic_join",
     "publish",
     "register",
     "resolve",

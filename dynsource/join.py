@@ -1,0 +1,157 @@
+"""The one-call dynamic join: collect from the dimension, read the fact side with the filter, join.
+
+Which joins may prune follows Spark's DPP rule (PartitionPruning): the fact side
+can be filtered by the dimension's keys only when fact rows without a match are
+not part of the result: inner, left semi, and right outer (the fact is on the
+left). Full outer, left outer and left anti joins keep unmatched fact rows, so
+they run as the plain join and the report says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from dynsource import collector, files, partitions
+from dynsource import store as filter_store
+from dynsource.filtering import DynamicFilteringData
+
+_JOIN_TYPES = {
+    "inner": "inner",
+    "cross": "cross",
+    "outer": "full", "full": "full", "fullouter": "full", "full_outer": "full",
+    "left": "left", "leftouter": "left", "left_outer": "left",
+    "right": "right", "rightouter": "right", "right_outer": "right",
+    "semi": "left_semi", "leftsemi": "left_semi", "left_semi": "left_semi",
+    "anti": "left_anti", "leftanti": "left_anti", "left_anti": "left_anti",
+}
+_PRUNING = ("inner", "left_semi", "right")
+DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
+
+
+@dataclass(frozen=True)
+class JoinDecision:
+    """Whether a dynamic join pruned its fact side: the handle it used, or why it did not."""
+
+    join_type: str
+    handle: str | None
+    reason: str | None
+
+
+_decisions: weakref.WeakKeyDictionary[DataFrame, JoinDecision] = weakref.WeakKeyDictionary()
+
+
+def dynamic_join(
+    fact: str,
+    dim: DataFrame,
+    on: Mapping[str, str] | Sequence[tuple[str, str]],
+    how: str = "inner",
+    *,
+    options: Mapping[str, str] | None = None,
+    fallback_filter_ratio: float = DEFAULT_FALLBACK_FILTER_RATIO,
+    **collect_options,
+) -> DataFrame:
+    """Join the dynsource fact table ``fact`` with ``dim``, pruning the fact side with ``dim``'s keys.
+
+    Parameters
+    ----------
+    fact : str
+        The fact table: an fsspec URL or path of a Hive-partitioned table, or the
+        name of a table in Spark's catalog that reads through dynsource.
+    dim : DataFrame
+        The dimension side (usually filtered). It is cached, so the keys are
+        collected from and joined with the same computed rows.
+    on : mapping or sequence of (fact column, dim column)
+        The equi-join keys, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
+    how : str, default "inner"
+        A Spark join type with the fact table on the left. ``inner``,
+        ``left_semi`` and ``right`` prune; ``full``, ``left`` and ``left_anti``
+        (which keep fact rows without a match) and ``cross`` run unpruned.
+    options : mapping, optional
+        More reader options for the fact table (see ``DynsourceDataSource``).
+    fallback_filter_ratio : float, default 0.5
+        Benefit check, as Spark's ``fallbackFilterRatio``: when the keys keep
+        more than this share of the fact's top-level partitions, the scan is
+        not filtered (the filter would cost more than it saves).
+    **collect_options
+        Passed to :func:`dynsource.collect` (``max_rows``, ``max_bytes``, ``store``...).
+
+    Returns
+    -------
+    DataFrame
+        The join; :func:`dynsource.scan_report` of it tells what was pruned or why not.
+    """
+    pairs = list(on.items()) if isinstance(on, Mapping) else [tuple(pair) for pair in on]
+    if not pairs:
+        raise ValueError("dynamic_join() needs at least one (fact column, dim column) pair in 'on'.")
+    join_type = _JOIN_TYPES.get(how.lower().replace(" ", ""))
+    if join_type is None:
+        raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
+    spark = dim.sparkSession
+    base_options = dict(options or {})
+    fact_df = _read(spark, fact, base_options)
+    handle, reason = None, None
+    if join_type not in _PRUNING:
+        reason = f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned"
+    else:
+        dim = dim if dim.is_cached else dim.cache()
+        types = {field: fact_df.schema[field].dataType.simpleString() for field, _ in pairs}
+        store = collect_options.pop("store", None)
+        data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
+        handle = filter_store.publish(data, store)
+        reason = _no_benefit(fact, data, types, fallback_filter_ratio)
+        if reason is None:
+            filtered = {**base_options, "dynamicFilter": handle, **({"filterStore": store} if store else {})}
+            fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
+    condition = functools.reduce(lambda a, b: a & b, [fact_df[f] == dim[d] for f, d in pairs])
+    joined = fact_df.join(dim, condition, join_type)
+    _decisions[joined] = JoinDecision(join_type, handle if reason is None else None, reason)
+    return joined
+
+
+def join_decision(df: DataFrame) -> JoinDecision | None:
+    """The decision :func:`dynamic_join` took for ``df``; None for other DataFrames."""
+    return _decisions.get(df)
+
+
+def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:
+    reader = spark.read.format("dynsource").options(**options)
+    if schema is not None:
+        reader = reader.schema(schema)
+    if _is_path(fact):
+        return reader.option("path", fact).load()
+    return reader.table(fact)
+
+
+def _is_path(fact: str) -> bool:
+    return "/" in fact or "://" in fact or "\\" in fact
+
+
+def _no_benefit(fact: str, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
+    """Why filtering would not pay, judged on the fact's top-level partitions; None when it does.
+
+    One listing of the table's root is all it costs; a filter that does not
+    constrain the first partition column is assumed to pay.
+    """
+    if not _is_path(fact) or not data.is_filtering:
+        return None  # an exceeded filter reads everything anyway, and the scan report says so
+    fs, root = files.open_table(fact)
+    names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)]
+    parsed = [p for p in map(partitions.parse_directory_name, names) if p is not None]
+    if not parsed or parsed[0][0] not in types:
+        return None
+    column = parsed[0][0]
+    raw = [value for _, value in parsed]
+    candidates = pa.table({column: partitions.to_arrow(raw, types[column])})
+    kept = sum(data.matching_mask(candidates).to_pylist())
+    if kept > ratio * len(raw):
+        return (
+            f"the filter keeps {kept} of {len(raw)} partitions of '{column}' (more than {ratio:.0%}), "
+            "so it is not worth applying (fallback_filter_ratio)"
+        )
+    return None
