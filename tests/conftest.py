@@ -23,6 +23,9 @@ def spark(tmp_path_factory):
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # List partition directories in the driver: a Spark job per listing would dominate the suite's time.
+        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
