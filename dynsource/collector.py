@@ -1,23 +1,38 @@
 """The collector (FLIP-248's DynamicFilteringDataCollector): a filtered dimension DataFrame -> a filter handle.
 
-The distinct keys are computed by Spark and only ``max_rows + 1`` of them are
-ever brought to the driver, as Arrow, so driver memory is bounded by the
-limits, not by the dimension's size.
+The collector grades its payload by what fits the limits (see :func:`collect`):
+the exact distinct keys, else a Bloom filter over them, else their per-field
+min/max, else nothing (exceeded). Every grade is computed by Spark; the driver
+receives at most ``max_rows + 1`` keys as Arrow, one Bloom filter's bits or one
+row of bounds, so its memory is bounded by the limits, not by the dimension's size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import logging
+import operator
+import threading
+from collections.abc import Collection, Iterator, Mapping
 
-from pyspark.sql import DataFrame
+import numpy as np
+import pyarrow as pa
+from pybloom_live import BloomFilter
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from dynsource import filtering
 from dynsource import store as filter_store
-from dynsource.filtering import DynamicFilteringData
-from dynsource.types import normalize_type, type_name
+from dynsource.filtering import DEFAULT_FPP, KINDS, DynamicFilteringData
+from dynsource.types import normalize_type
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ROWS = 100_000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # Flink's collector threshold
+# Partial Bloom filters travel to their merge in pieces of this size; all-zero pieces are not sent at all.
+_CHUNK_BYTES = 1 << 20
+_CHUNKS_SCHEMA = "chunk int, bits binary"
 
 
 def collect(
@@ -28,9 +43,23 @@ def collect(
     max_rows: int = DEFAULT_MAX_ROWS,
     max_bytes: int = DEFAULT_MAX_BYTES,
     null_safe: bool = False,
+    fpp: float = DEFAULT_FPP,
+    kinds: Collection[str] = KINDS,
     store: str | None = None,
+    wait: bool = True,
 ) -> str:
     """Collect the distinct join keys of ``df`` and publish them; return the filter handle.
+
+    The payload is the first of these grades that ``kinds`` allows and that fits:
+
+    1. ``"exact"``: the distinct keys, when there are at most ``max_rows`` of
+       them and their Arrow size is at most ``max_bytes``;
+    2. ``"bloom"``: a Bloom filter sized for the distinct key count with
+       false-positive rate ``fpp``, when its bit array is at most ``max_bytes``;
+       built in Spark, one partial filter per partition, OR-ed in Spark;
+    3. ``"range"``: each field's least and greatest key (Spark's ``min``/``max``),
+       when their Arrow size is at most ``max_bytes``;
+    4. otherwise exceeded: the filter reads everything.
 
     Parameters
     ----------
@@ -43,16 +72,52 @@ def collect(
         Spark SQL types of fact fields; the keys are cast to them in Spark. By
         default a field has its dimension column's type.
     max_rows : int, default 100000
-        Most distinct keys; past it the filter is published as exceeded (reads everything).
+        Most distinct keys of an exact payload.
     max_bytes : int, default 33554432 (32 MiB)
-        Most bytes of collected keys (Arrow size); past it, exceeded as well.
+        Most bytes of any payload: the keys' Arrow size, the Bloom filter's bits, the bounds' Arrow size.
     null_safe : bool, default False
         Keep null keys so that they match null partitions (for ``<=>`` joins).
+    fpp : float, default 0.01
+        False-positive rate of a Bloom payload: about this share of the
+        partitions without a key are kept.
+    kinds : collection of str, default ("exact", "bloom", "range")
+        The grades allowed; leave one out to skip it (an empty collection always exceeds).
     store : str, optional
         Filter store URL; default ``$DYNSOURCE_FILTER_STORE`` or the local cache.
+    wait : bool, default True
+        False returns the handle at once and collects in a background thread of
+        the driver (FLIP-248 orders the dimension before the scan; this lets them
+        overlap). Readers wait for the filter up to their ``dynamicFilterWaitMs``;
+        if collecting fails, the failure is published and readers report it.
+
+    Notes
+    -----
+    Each grade tried runs a Spark job over the dimension: the exact one, then
+    (when it does not fit) a count of the distinct keys, then the Bloom filter or
+    the bounds over those keys, which are persisted meanwhile.
     """
-    data = collect_data(df, keys, types=types, max_rows=max_rows, max_bytes=max_bytes, null_safe=null_safe)
-    return filter_store.publish(data, store)
+    def compute() -> DynamicFilteringData:
+        return collect_data(
+            df, keys, types=types, max_rows=max_rows, max_bytes=max_bytes, null_safe=null_safe, fpp=fpp, kinds=kinds
+        )
+
+    if wait:
+        return filter_store.publish(compute(), store)
+    _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
+    handle = filter_store.reserve(store)
+    threading.Thread(target=_publish_later, args=(handle, compute, store), name=f"dynsource-{handle}",
+                     daemon=True).start()
+    return handle
+
+
+def _publish_later(handle: str, compute, store: str | None) -> None:
+    try:
+        data = compute()
+    except Exception as error:  # whatever went wrong, readers must learn it instead of waiting in vain
+        log.warning("dynsource: collecting dynamic filter %s failed: %s", handle, error)
+        filter_store.publish_failure(handle, f"{type(error).__name__}: {error}", store)
+        return
+    filter_store.publish(data, store, handle=handle)
 
 
 def collect_data(
@@ -63,23 +128,44 @@ def collect_data(
     max_rows: int = DEFAULT_MAX_ROWS,
     max_bytes: int = DEFAULT_MAX_BYTES,
     null_safe: bool = False,
+    fpp: float = DEFAULT_FPP,
+    kinds: Collection[str] = KINDS,
 ) -> DynamicFilteringData:
     """:func:`collect` without publishing: the DynamicFilteringData itself."""
+    _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
+    projected = df.select(*[_key_column(df, field, column, (types or {}).get(field)) for field, column in keys.items()])
+    if not null_safe:
+        # An equi-join never matches a null key. Not dropna(): it drops NaN too, which joins NaN in Spark.
+        present = [F.col(f"`{field}`").isNotNull() for field in keys]
+        projected = projected.where(functools.reduce(operator.and_, present))
+    fields = [(f.name, normalize_type(f.dataType.simpleString())) for f in projected.schema]
+    distinct = projected.distinct()
+    known_count = None
+    if "exact" in kinds:
+        table = distinct.limit(max_rows + 1).toArrow()
+        if table.num_rows <= max_rows and table.nbytes <= max_bytes:
+            return DynamicFilteringData.from_table(fields, table, null_safe=null_safe)
+        known_count = table.num_rows if table.num_rows <= max_rows else None
+    if "bloom" in kinds or "range" in kinds:
+        return _summarise(distinct, fields, known_count, max_bytes, null_safe, fpp, kinds)
+    return DynamicFilteringData(fields, exceed_threshold=True, null_safe=null_safe)
+
+
+def _check_arguments(
+    keys: Mapping[str, str], max_rows: int, max_bytes: int, fpp: float, kinds: Collection[str]
+) -> None:
     if not keys:
         raise ValueError("collect() needs at least one key: {fact field: dimension column}.")
     if max_rows < 0 or max_bytes < 0:
         raise ValueError(f"max_rows ({max_rows}) and max_bytes ({max_bytes}) must not be negative.")
-    projected = df.select(*[_key_column(df, field, column, (types or {}).get(field)) for field, column in keys.items()])
-    if not null_safe:
-        projected = projected.dropna()  # an equi-join never matches a null key
-    table = projected.distinct().limit(max_rows + 1).toArrow()
-    fields = [(f.name, type_name(f.type)) for f in table.schema]
-    if table.num_rows > max_rows or table.nbytes > max_bytes:
-        return DynamicFilteringData(fields, exceed_threshold=True, null_safe=null_safe)
-    return DynamicFilteringData.from_table(fields, table, null_safe=null_safe)
+    unknown = sorted(set(kinds) - set(KINDS))
+    if isinstance(kinds, str) or unknown:
+        raise ValueError(f"kinds must be a collection of {list(KINDS)}, got {kinds!r}.")
+    if "bloom" in kinds:
+        filtering.bloom_size_bytes(1, fpp)  # raises for an fpp outside (0, 1)
 
 
-def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None):
+def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None) -> Column:
     if column not in df.columns:
         raise ValueError(
             f"Key column '{column}' (for fact field '{field}') is not a column of the dimension: {df.columns}."
@@ -89,3 +175,84 @@ def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None):
         key = key.cast(normalize_type(fact_type))
     return key.alias(field)
 
+
+def _summarise(
+    distinct: DataFrame,
+    fields: list[tuple[str, str]],
+    known_count: int | None,
+    max_bytes: int,
+    null_safe: bool,
+    fpp: float,
+    kinds: Collection[str],
+) -> DynamicFilteringData:
+    """A Bloom filter or bounds over the distinct keys, or exceeded data when neither fits ``max_bytes``."""
+    # The count and the filter must see the same keys (a partial filter holds at most its capacity),
+    # and the dimension should run once for both.
+    distinct = distinct.persist()
+    try:
+        count = distinct.count() if known_count is None else known_count
+        capacity = max(count, 1)  # pybloom needs room for one key
+        if "bloom" in kinds and filtering.bloom_size_bytes(capacity, fpp) <= max_bytes:
+            bloom = _bloom(distinct, fields, capacity, fpp)
+            return DynamicFilteringData.from_bloom(fields, bloom, key_count=count, null_safe=null_safe)
+        if "range" in kinds:
+            data = _range(distinct, fields, count, null_safe)
+            if data.size_bytes <= max_bytes:
+                return data
+    finally:
+        distinct.unpersist()
+    return DynamicFilteringData(fields, exceed_threshold=True, null_safe=null_safe)
+
+
+def _bloom(distinct: DataFrame, fields: list[tuple[str, str]], capacity: int, fpp: float) -> BloomFilter:
+    """One Bloom filter over the distinct keys: partial filters built per partition, OR-ed chunk by chunk in Spark.
+
+    OR-ing in Spark rather than in the driver keeps the work parallel and the
+    driver's share to one filter's bits, however many partitions there are.
+    """
+    chunk_bytes = _CHUNK_BYTES  # read once: the workers get it with the function, not from their module
+    build = functools.partial(_partial_bloom_chunks, fields=fields, capacity=capacity, fpp=fpp, chunk_bytes=chunk_bytes)
+    chunks = distinct.mapInArrow(build, _CHUNKS_SCHEMA)
+    merged = chunks.groupBy("chunk").applyInArrow(_or_chunks, _CHUNKS_SCHEMA).toArrow()
+    bits = bytearray(filtering.bloom_size_bytes(capacity, fpp))
+    for chunk, piece in zip(merged.column("chunk").to_pylist(), merged.column("bits").to_pylist(), strict=True):
+        bits[chunk * chunk_bytes : chunk * chunk_bytes + len(piece)] = piece
+    return filtering.bloom_from_bits(capacity, fpp, bytes(bits))
+
+
+def _partial_bloom_chunks(
+    batches: Iterator[pa.RecordBatch], *, fields: list[tuple[str, str]], capacity: int, fpp: float, chunk_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """Runs in a Spark Python worker: this partition's keys in a Bloom filter, as its non-zero chunks."""
+    bloom = None
+    for batch in batches:
+        if bloom is None:
+            bloom = BloomFilter(capacity, fpp)
+        filtering.add_to_bloom(bloom, fields, pa.Table.from_batches([batch]))
+    if bloom is None:
+        return  # an empty partition adds no bits
+    bits = bloom.bitarray.tobytes()
+    starts = range(0, len(bits), chunk_bytes)
+    pieces = {index: bits[start : start + chunk_bytes] for index, start in enumerate(starts)}
+    pieces = {index: piece for index, piece in pieces.items() if piece.count(0) < len(piece)}
+    yield pa.record_batch(
+        [pa.array(list(pieces), pa.int32()), pa.array(list(pieces.values()), pa.binary())], names=["chunk", "bits"]
+    )
+
+
+def _or_chunks(table: pa.Table) -> pa.Table:
+    """Runs in a Spark Python worker: the OR of one chunk's pieces from every partial filter."""
+    pieces = [np.frombuffer(piece, dtype=np.uint8) for piece in table.column("bits").to_pylist()]
+    merged = functools.reduce(np.bitwise_or, pieces)
+    return pa.table({"chunk": pa.array([table.column("chunk")[0].as_py()], pa.int32()), "bits": [merged.tobytes()]})
+
+
+def _range(distinct: DataFrame, fields: list[tuple[str, str]], count: int, null_safe: bool) -> DynamicFilteringData:
+    """Each field's least and greatest key, by Spark's ``min`` and ``max`` (nulls ignored, NaN the greatest)."""
+    names = [name for name, _ in fields]
+    extremes = [F.min(f"`{name}`").alias(f"lower{i}") for i, name in enumerate(names)]
+    extremes += [F.max(f"`{name}`").alias(f"upper{i}") for i, name in enumerate(names)]
+    row = distinct.agg(*extremes).toArrow().to_pylist()[0]
+    lower = tuple(row[f"lower{i}"] for i in range(len(names)))
+    upper = tuple(row[f"upper{i}"] for i in range(len(names)))
+    return DynamicFilteringData.from_bounds(fields, lower, upper, key_count=count, null_safe=null_safe)

@@ -171,6 +171,10 @@ class DynamicPartitionEnumerator:
     column_types : mapping of str to str
         Known Spark SQL types of partition columns (from the table schema or
         ``partitionColumns``); other columns are typed by Spark's inference.
+    data_columns : sequence of str
+        Columns of the read schema: a filter field naming one of them (and no
+        partition column) does not prune partitions but is a valid field, left
+        to the reader's row-group and row filtering.
     time_zone : str or None
         Zone of timestamp partition values (None: this process's zone).
     on_error : {"fallback", "fail"}
@@ -182,11 +186,13 @@ class DynamicPartitionEnumerator:
         static: PartitionEnumerator,
         column_types: Mapping[str, str],
         *,
+        data_columns: Sequence[str] = (),
         time_zone: str | None = None,
         on_error: str = "fallback",
     ) -> None:
         self.static = static
         self.column_types = dict(column_types)
+        self.data_columns = tuple(data_columns)
         self.time_zone = time_zone
         self.on_error = on_error
         self.data: DynamicFilteringData | None = None
@@ -224,10 +230,14 @@ class DynamicPartitionEnumerator:
         return partitions.to_arrow(raw, type_name, time_zone=self.time_zone)
 
     def _check_fields(self, listing: Listing) -> None:
-        columns = {column.lower() for column in listing.columns}
-        unknown = [name for name in self.data.field_names if name.lower() not in columns]
+        known = {column.lower() for column in (*listing.columns, *self.data_columns)}
+        unknown = [name for name in self.data.field_names if name.lower() not in known]
+        # With every directory pruned, deeper partition columns were never seen: they cannot be told apart.
         if unknown and (listing.partitions or not listing.directories_pruned):
+            partition_columns = {column.lower() for column in listing.columns}
+            data_columns = [column for column in self.data_columns if column.lower() not in partition_columns]
             raise ValueError(
-                f"Dynamic filter field(s) {unknown} are not partition columns of '{self.static.root}'; "
-                f"its partition columns are {list(listing.columns)}."
+                f"Dynamic filter field(s) {unknown} are neither partition columns nor data columns of "
+                f"'{self.static.root}'; its partition columns are {list(listing.columns)} and its data columns "
+                f"are {data_columns}."
             )

@@ -13,6 +13,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from dynsource.planner import FileSplit
+from dynsource.rowfilter import RowFilter
 
 
 def open_table(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -68,24 +69,38 @@ def read_split(
     target: pa.Schema,
     partition_columns: Sequence[str],
     batch_size: int,
+    row_filter: RowFilter | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``target`` for one split: data columns cast exactly, partition columns as constants."""
+    """Arrow batches of ``target`` for one split: data columns cast exactly, partition columns as constants.
+
+    With ``row_filter``, Parquet row groups it rules out are not read and the rows it rules out are dropped.
+    """
     constants = dict(zip(partition_columns, split.partition_values, strict=True))
+    columns = [f.name for f in target if f.name not in constants]
     try:
-        for batch in _batches(split, fs, format_name, [f.name for f in target if f.name not in constants], batch_size):
-            yield _conform(batch, target, constants)
+        for batch in _batches(split, fs, format_name, columns, batch_size, row_filter):
+            conformed = _conform(batch, target, constants)
+            if row_filter is not None:
+                conformed = row_filter.apply(conformed)
+            if conformed.num_rows:
+                yield conformed
     except (OSError, pa.ArrowException) as error:
         raise ValueError(f"Cannot read data file '{split.path}' as {format_name}: {error}") from error
 
 
 def _batches(
-    split: FileSplit, fs: pafs.FileSystem, format_name: str, columns: list[str], batch_size: int
+    split: FileSplit,
+    fs: pafs.FileSystem,
+    format_name: str,
+    columns: list[str],
+    batch_size: int,
+    row_filter: RowFilter | None,
 ) -> Iterator[pa.RecordBatch]:
     if format_name == "json":
         table = _read_json(split.path, fs)
         yield from table.select([c for c in columns if c in table.schema.names]).to_batches(batch_size)
         return
-    fragment = _fragment(split, fs, format_name)
+    fragment = _fragment(split, fs, format_name, row_filter)
     if fragment is None:
         return
     present = set(fragment.physical_schema.names)
@@ -100,18 +115,23 @@ def _read_json(path: str, fs: pafs.FileSystem) -> pa.Table:
         return pj.read_json(stream)
 
 
-def _fragment(split: FileSplit, fs: pafs.FileSystem, format_name: str) -> ds.Fragment | None:
-    fmt = file_format(format_name)
-    fragment = fmt.make_fragment(split.path, filesystem=fs)
-    if split.start == 0 and split.length == split.file_size:
+def _fragment(
+    split: FileSplit, fs: pafs.FileSystem, format_name: str, row_filter: RowFilter | None
+) -> ds.Fragment | None:
+    fragment = file_format(format_name).make_fragment(split.path, filesystem=fs)
+    whole = split.start == 0 and split.length == split.file_size
+    if format_name != "parquet" or (whole and row_filter is None):
         return fragment
-    # Like Spark: a split owns the row groups whose midpoint falls inside its byte range.
-    groups = [
-        index
-        for index in range(fragment.metadata.num_row_groups)
-        if split.start <= _midpoint(fragment.metadata.row_group(index)) < split.start + split.length
-    ]
-    return fmt.make_fragment(split.path, filesystem=fs, row_groups=groups) if groups else None
+    groups = list(range(fragment.metadata.num_row_groups))
+    if not whole:
+        # Like Spark: a split owns the row groups whose midpoint falls inside its byte range.
+        groups = [
+            index for index in groups
+            if split.start <= _midpoint(fragment.metadata.row_group(index)) < split.start + split.length
+        ]
+    if row_filter is not None:
+        groups = row_filter.keep_row_groups(fragment.metadata, groups)
+    return fragment.subset(row_group_ids=list(groups)) if groups else None
 
 
 def _midpoint(row_group: pq.RowGroupMetaData) -> int:

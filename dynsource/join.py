@@ -10,14 +10,12 @@ they run as the plain join and the report says why.
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from dynsource import collector, files, partitions
+from dynsource import collector, files, partitions, report
 from dynsource import store as filter_store
 from dynsource.filtering import DynamicFilteringData
 
@@ -32,18 +30,6 @@ _JOIN_TYPES = {
 }
 _PRUNING = ("inner", "left_semi", "right")
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
-
-
-@dataclass(frozen=True)
-class JoinDecision:
-    """Whether a dynamic join pruned its fact side: the handle it used, or why it did not."""
-
-    join_type: str
-    handle: str | None
-    reason: str | None
-
-
-_decisions: weakref.WeakKeyDictionary[DataFrame, JoinDecision] = weakref.WeakKeyDictionary()
 
 
 def dynamic_join(
@@ -84,7 +70,8 @@ def dynamic_join(
     Returns
     -------
     DataFrame
-        The join; :func:`dynsource.scan_report` of it tells what was pruned or why not.
+        The join; ``dynsource.scan_report(joined)`` tells what was pruned (once
+        a query ran) or why it was not.
     """
     pairs = list(on.items()) if isinstance(on, Mapping) else [tuple(pair) for pair in on]
     if not pairs:
@@ -95,7 +82,7 @@ def dynamic_join(
     spark = dim.sparkSession
     base_options = dict(options or {})
     fact_df = _read(spark, fact, base_options)
-    handle, reason = None, None
+    handle, reason, store = None, None, None
     if join_type not in _PRUNING:
         reason = f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned"
     else:
@@ -110,13 +97,8 @@ def dynamic_join(
             fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
     condition = functools.reduce(lambda a, b: a & b, [fact_df[f] == dim[d] for f, d in pairs])
     joined = fact_df.join(dim, condition, join_type)
-    _decisions[joined] = JoinDecision(join_type, handle if reason is None else None, reason)
+    report.record_join(joined, fact=fact, handle=handle if reason is None else None, reason=reason, store=store)
     return joined
-
-
-def join_decision(df: DataFrame) -> JoinDecision | None:
-    """The decision :func:`dynamic_join` took for ``df``; None for other DataFrames."""
-    return _decisions.get(df)
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:

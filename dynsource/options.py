@@ -17,6 +17,9 @@ from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_
 FORMATS = ("parquet", "orc", "csv", "json")
 ON_ERROR = ("fallback", "fail")
 DEFAULT_BATCH_SIZE = 65536
+# openLooKeng's hive.dynamic-filtering-row-filtering-threshold default.
+DEFAULT_ROW_FILTER_MAX_KEYS = 2000
+DEFAULT_WAIT_MS = 10_000  # how long planning waits for a filter still being collected
 
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -38,6 +41,8 @@ class ScanOptions:
     minPartitionNum: int = os.cpu_count() or 1
     batchSize: int = DEFAULT_BATCH_SIZE
     timeZone: str | None = None
+    rowFilterMaxKeys: int = DEFAULT_ROW_FILTER_MAX_KEYS
+    dynamicFilterWaitMs: int = DEFAULT_WAIT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -87,6 +92,13 @@ def _positive_int(name: str, value: str) -> int:
     return int(text)
 
 
+def _non_negative_int(name: str, value: str) -> int:
+    text = str(value).strip()
+    if not text.isdigit():
+        raise ValueError(f"Option '{name}' = {value!r} is not valid; expected a non-negative integer.")
+    return int(text)
+
+
 def _text(name: str, value: str) -> str | None:
     return str(value).strip() or None
 
@@ -122,4 +134,6 @@ _PARSERS = {
     "minPartitionNum": _positive_int,
     "batchSize": _positive_int,
     "timeZone": _time_zone,
+    "rowFilterMaxKeys": _non_negative_int,
+    "dynamicFilterWaitMs": _non_negative_int,
 }

@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from dynsource.enumerator import Partition
+from dynsource.rowfilter import RowFilterSpec
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 DEFAULT_OPEN_COST_IN_BYTES = 4 * 1024 * 1024
@@ -34,10 +35,15 @@ class FileSplit:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """Everything ``read()`` needs for one InputPartition (DESIGN fact 3: it travels inside it)."""
+    """Everything ``read()`` needs for one InputPartition (DESIGN fact 3: it travels inside it).
+
+    ``index`` is the InputPartition's position in the scan, which names its task's figures in the report.
+    """
 
     partition_columns: tuple[str, ...]
     splits: tuple[FileSplit, ...]
+    index: int = 0
+    row_filter: RowFilterSpec | None = None
 
 
 def plan(
@@ -49,10 +55,12 @@ def plan(
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
     open_cost_in_bytes: int = DEFAULT_OPEN_COST_IN_BYTES,
     min_partition_num: int = 1,
+    row_filter: RowFilterSpec | None = None,
 ) -> list[InputPartition]:
     """InputPartitions for the files of ``partitions``.
 
-    ``partition_values[i]`` are the typed values of ``partition_columns`` for ``partitions[i]``.
+    ``partition_values[i]`` are the typed values of ``partition_columns`` for ``partitions[i]``;
+    ``row_filter``, if any, goes into every one of them.
     """
     files = [
         (file, values)
@@ -69,7 +77,10 @@ def plan(
     ]
     splits.sort(key=lambda split: split.length, reverse=True)
     columns = tuple(partition_columns)
-    return [InputPartition(SplitPlan(columns, tuple(group))) for group in _pack(splits, max_split, open_cost_in_bytes)]
+    groups = _pack(splits, max_split, open_cost_in_bytes)
+    return [
+        InputPartition(SplitPlan(columns, tuple(group), index, row_filter)) for index, group in enumerate(groups)
+    ]
 
 
 def _split_file(path: str, size: int, values: tuple[Any, ...], max_split: int) -> list[FileSplit]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from dynsource import files, partitions, planner, report, store
+from dynsource import files, partitions, planner, report, rowfilter, store
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
@@ -31,6 +32,14 @@ class DynsourceDataSource(DataSource):
     are listed, planned and read; a filter that cannot be trusted (exceeded,
     missing, unreadable) reads every partition and logs a WARNING.
 
+    Filter fields may also be data columns (any column of the read schema). The
+    read tasks then skip the Parquet row groups whose statistics hold no key and,
+    up to ``rowFilterMaxKeys`` keys, drop the rows no key matches. Passing
+    ``dynamicFilter`` declares that the scan feeds an inner or semi join with the
+    dimension on the filter fields: the scan returns a superset of the fact rows
+    that join (with ``=`` a null key joins nothing), not every row of the table.
+    Do not pass it for outer or anti joins that must keep non-matching fact rows.
+
     Options
     -------
     path : str, required
@@ -40,7 +49,8 @@ class DynsourceDataSource(DataSource):
         File format of the data files: ``parquet``, ``orc``, ``csv`` (with a
         header row) or ``json`` (one object per line), read by pyarrow.dataset.
     dynamicFilter : str, default none
-        Handle of the dynamic filter to prune with.
+        Handle of the dynamic filter to prune with. A filter field must be a
+        partition column or a column of the read schema.
     dynamicFilteringEnabled : bool, default "true"
         ``false`` ignores ``dynamicFilter`` and reads every partition.
     dynamicFilterOnError : str, default "fallback"
@@ -63,6 +73,14 @@ class DynsourceDataSource(DataSource):
     timeZone : str, default this machine's time zone
         Zone of timestamp partition values such as ``ts=2024-01-01 10%3A00%3A00``
         (set it to ``spark.sql.session.timeZone`` if you changed that).
+    dynamicFilterWaitMs : str, default "10000"
+        How long planning waits for a filter that ``collect(..., wait=False)``
+        is still collecting; then it proceeds as ``dynamicFilterOnError`` says.
+        A handle that was never published or reserved does not wait.
+    rowFilterMaxKeys : str, default "2000"
+        Most keys of a dynamic filter for which the read tasks filter rows by its
+        data-column fields (openLooKeng's row-filtering threshold); above it they
+        only skip Parquet row groups. ``"0"`` turns row filtering off.
 
     Examples
     --------
@@ -74,6 +92,12 @@ class DynsourceDataSource(DataSource):
     >>> df = spark.read.format("dynsource").option("path", root).option("dynamicFilter", handle).load()
     >>> sorted(df.collect())
     [Row(price=2.5, day=2), Row(price=4.0, day=3)]
+
+    A filter field may be a data column: rows whose price no key matches are dropped in the read tasks.
+
+    >>> handle = dynsource.publish(dynsource.DynamicFilteringData([("price", "double")], [(4.0,)]))
+    >>> spark.read.format("dynsource").option("path", root).option("dynamicFilter", handle).load().collect()
+    [Row(price=4.0, day=3)]
     """
 
     @classmethod
@@ -107,9 +131,23 @@ class DynsourceReader(DataSourceReader):
         plan: planner.SplitPlan = partition.value
         fs = files.arrow_filesystem(files.open_table(self.options.path)[0])
         target = to_arrow_schema(self.schema, timezone="UTC")
-        for split in plan.splits:
-            yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
-                                        self.options.batchSize)
+        row_filter = rowfilter.open_row_filter(plan.row_filter)
+        try:
+            for split in plan.splits:
+                yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
+                                            self.options.batchSize, row_filter)
+        finally:
+            # Also when Spark stops early (a LIMIT): the figures then cover what was read.
+            if row_filter is not None:
+                _report_task(plan, row_filter)
+
+
+def _report_task(plan: planner.SplitPlan, row_filter: rowfilter.RowFilter) -> None:
+    spec = row_filter.spec
+    try:
+        report.save_task(spec.handle, spec.scan_id, plan.index, row_filter.counts, spec.store)
+    except OSError as error:
+        log.warning("dynsource: could not save the read figures of '%s': %s", spec.handle, error)
 
 
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
@@ -144,30 +182,42 @@ def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
     """Enumerate (pruning with the dynamic filter if any), then pack the kept files into InputPartitions."""
     started = time.perf_counter()
     fs, root = files.open_table(options.path)
-    column_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
-    column_types.update(dict(options.partitionColumns))
+    schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
+    column_types = {**schema_types, **dict(options.partitionColumns)}
     enumerator = DynamicPartitionEnumerator(
-        PartitionEnumerator(fs, root), column_types, time_zone=options.timeZone, on_error=options.dynamicFilterOnError
+        PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.timeZone,
+        on_error=options.dynamicFilterOnError,
     )
+    waited = time.perf_counter()
     data, unusable = _filter_data(options)
+    wait_ms = round((time.perf_counter() - waited) * 1000, 1)
     if data is not None:
         enumerator.set_dynamic_filtering_data(data)
     listing = enumerator.enumerate()
     read_columns = [c for c in listing.columns if c in column_types]
     _check_data_columns(schema, listing, fs, options)
     values = _typed_values(listing, read_columns, column_types, options.timeZone)
+    scan_id = uuid.uuid4().hex
+    row_filter, rows_unusable = None, None
+    if data is not None:
+        row_filter, rows_unusable = rowfilter.plan_row_filter(
+            data, listing.columns, schema_types, handle=options.dynamicFilter, filter_store=options.filterStore,
+            scan_id=scan_id, max_keys=options.rowFilterMaxKeys, on_error=options.dynamicFilterOnError,
+        )
     input_partitions = planner.plan(
         listing.partitions, values, read_columns,
         splittable=options.format == "parquet",
         max_partition_bytes=options.maxPartitionBytes,
         open_cost_in_bytes=options.openCostInBytes,
         min_partition_num=options.minPartitionNum,
+        row_filter=row_filter,
     )
     if options.dynamicFilter and options.dynamicFilteringEnabled:
         reason = unusable or enumerator.fallback_reason
         if data is not None and not data.is_filtering:
             reason = "the filter exceeded the collector's threshold"
-        _report(options, data, listing, reason, len(input_partitions), started)
+        _report(options, data, listing, reason=reason, rows_reason=rows_unusable, wait_ms=wait_ms,
+                input_partitions=len(input_partitions), started=started, scan_id=scan_id, row_filter=row_filter)
     return input_partitions
 
 
@@ -176,8 +226,8 @@ def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str
     if not options.dynamicFilter or not options.dynamicFilteringEnabled:
         return None, None
     try:
-        return store.resolve(options.dynamicFilter, options.filterStore), None
-    except (LookupError, ValueError, OSError) as error:
+        return store.resolve(options.dynamicFilter, options.filterStore, wait_ms=options.dynamicFilterWaitMs), None
+    except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
         if options.dynamicFilterOnError == "fail":
             raise
         log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",
@@ -209,13 +259,17 @@ def _typed_values(listing: Listing, columns: Sequence[str], types: dict[str, str
     return list(zip(*typed, strict=True)) if typed else [()] * len(listing.partitions)
 
 
-def _report(options, data, listing, reason, input_partitions, started) -> None:
+def _report(
+    options, data, listing, *, reason, rows_reason, wait_ms, input_partitions, started, scan_id, row_filter
+) -> None:
+    # A data column the filter cannot compare leaves the partition pruning standing: filtering stays true.
     kept_files = [f for p in listing.partitions for f in p.files]
     scan = report.ScanReport(
         handle=options.dynamicFilter,
         path=options.path,
         payload_kind=data.kind if data is not None else None,
         keys=len(data) if data is not None else None,
+        payload_bytes=data.size_bytes if data is not None else None,
         filtering=reason is None,
         partitions_total=len(listing.partitions) + listing.directories_pruned,
         partitions_kept=len(listing.partitions),
@@ -224,7 +278,11 @@ def _report(options, data, listing, reason, input_partitions, started) -> None:
         listings=len(listing.listed_paths),
         input_partitions=input_partitions,
         planning_ms=round((time.perf_counter() - started) * 1000, 1),
-        fallback_reason=reason,
+        wait_ms=wait_ms,
+        fallback_reason=reason or rows_reason,
+        scan_id=scan_id,
+        data_columns=tuple(column for column, _ in row_filter.data_columns) if row_filter else (),
+        row_filtering=row_filter is not None and row_filter.filter_rows,
     )
     scan.log()
     try:

@@ -23,8 +23,10 @@ def make_tree(fs, files: list[str]) -> str:
     return root
 
 
-def dynamic(fs, root, data, types=None, on_error="fallback"):
-    enumerator = DynamicPartitionEnumerator(PartitionEnumerator(fs, root), types or {}, on_error=on_error)
+def dynamic(fs, root, data, types=None, on_error="fallback", data_columns=()):
+    enumerator = DynamicPartitionEnumerator(
+        PartitionEnumerator(fs, root), types or {}, data_columns=data_columns, on_error=on_error
+    )
     enumerator.set_dynamic_filtering_data(data)
     return enumerator
 
@@ -96,10 +98,21 @@ def test_escaped_string_values_match_unescaped_keys(fs):
     assert [p.raw_values for p in listing.partitions] == [("a%2Fb",)]
 
 
-def test_filter_field_that_is_not_a_partition_column_is_an_error(fs):
+def test_filter_field_that_is_neither_a_partition_nor_a_data_column_is_an_error(fs):
     root = make_tree(fs, ["a=1/f.parquet"])
-    with pytest.raises(ValueError, match=r"not partition columns.*\['a'\]"):
-        dynamic(fs, root, DynamicFilteringData([("zzz", "int")], [(1,)])).enumerate()
+    data = DynamicFilteringData([("a", "int"), ("zzz", "int")], [(1, 1)])
+    with pytest.raises(ValueError, match=r"\['zzz'\] are neither .* partition columns are \['a'\] and its data "
+                                         r"columns are \['v'\]"):
+        dynamic(fs, root, data, data_columns=["v", "a"]).enumerate()
+
+
+def test_data_column_fields_are_accepted_and_partition_fields_still_prune(fs):
+    root = make_tree(fs, [f"a={a}/f.parquet" for a in range(3)])
+    data = DynamicFilteringData([("a", "int"), ("V", "int")], [(1, 10), (2, 20)])
+    listing = dynamic(fs, root, data, data_columns=["v", "a"]).enumerate()
+    assert sorted(p.raw_values for p in listing.partitions) == [("1",), ("2",)]
+    only_data = dynamic(fs, root, DynamicFilteringData([("v", "int")], [(10,)]), data_columns=["v"]).enumerate()
+    assert len(only_data.partitions) == 3
 
 
 def test_incomparable_types_fall_back_or_fail(fs):

@@ -7,7 +7,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource.join import join_decision
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +37,9 @@ def test_pruning_joins_equal_the_plain_join_and_prune(spark, fact, how):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk, id * 10 AS label FROM range(3, 6)")
     joined = dynsource.dynamic_join(fact, dim, {"k": "dk"}, how)
     assert same_rows(joined, plain(spark, fact, dim, how))
-    decision = join_decision(joined)
-    assert decision.handle is not None and decision.reason is None
-    assert dynsource.scan_report(decision.handle).partitions_kept == 3
+    report = dynsource.scan_report(joined)
+    assert report.handle is not None and report.filtering and report.fallback_reason is None
+    assert report.partitions_kept == 3
 
 
 @pytest.mark.parametrize("how", ["full", "left", "left_anti"])
@@ -48,19 +47,17 @@ def test_joins_that_keep_unmatched_fact_rows_do_not_prune(spark, fact, how):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 6)")
     joined = dynsource.dynamic_join(fact, dim, [("k", "dk")], how)
     assert same_rows(joined, plain(spark, fact, dim, how))
-    decision = join_decision(joined)
-    assert decision.handle is None and "keeps fact rows" in decision.reason
+    report = dynsource.scan_report(joined)
+    assert report.handle is None and not report.filtering and "keeps fact rows" in report.fallback_reason
 
 
 def test_empty_dimension(spark, fact):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(0)")
     joined = dynsource.dynamic_join(fact, dim, {"k": "dk"})
     assert joined.count() == 0
-    handle = join_decision(joined).handle
-    assert len(dynsource.resolve(handle)) == 0
-    # Spark drops a join with an empty side before scanning, so scan the fact with the handle directly.
-    assert spark.read.format("dynsource").option("path", fact).option("dynamicFilter", handle).load().count() == 0
-    assert dynsource.scan_report(handle).partitions_kept == 0
+    # Spark drops a join with an empty side before scanning, so no scan has used the handle.
+    with pytest.raises(LookupError, match="No scan has used"):
+        dynsource.scan_report(joined)
 
 
 def test_all_null_keys(spark, fact):
@@ -74,14 +71,16 @@ def test_dimension_larger_than_every_limit_reads_everything(spark, fact):
     dim = dimension(spark, "SELECT CAST(id % 20 AS INT) AS dk FROM range(100)")
     joined = dynsource.dynamic_join(fact, dim, {"k": "dk"}, max_rows=2, max_bytes=1, fallback_filter_ratio=1.0)
     assert same_rows(joined, plain(spark, fact, dim, "inner"))
+    report = dynsource.scan_report(joined)
+    assert not report.filtering and report.partitions_kept == report.partitions_total == 21
 
 
 def test_benefit_check_skips_a_filter_that_keeps_most_partitions(spark, fact):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(15)")
     joined = dynsource.dynamic_join(fact, dim, {"k": "dk"})
     assert same_rows(joined, plain(spark, fact, dim, "inner"))
-    decision = join_decision(joined)
-    assert decision.handle is None and "fallback_filter_ratio" in decision.reason
+    report = dynsource.scan_report(joined)
+    assert report.handle is None and "fallback_filter_ratio" in report.fallback_reason
 
 
 def test_bad_join_arguments(spark, fact):

@@ -1,0 +1,291 @@
+"""Row-group and row filtering in ``read()``: the filter fields that are data columns, not partition columns.
+
+A field that names a data column cannot prune partition directories, so the
+reader drops what cannot join instead: Parquet row groups whose statistics
+exclude every key are not read (Trino's row-group skipping), and the rows of the
+others are filtered with :meth:`DynamicFilteringData.matching_mask` when the
+filter has few enough keys (openLooKeng's row-filtering threshold).
+
+Dropping rows by a data column is only valid because passing ``dynamicFilter``
+declares an inner or semi join with the dimension on the filter fields: a row
+whose key no dimension row matches cannot be in the result.
+
+Planning builds a small :class:`RowFilterSpec` that travels in every
+InputPartition; the payload itself, maybe large, is resolved by its handle in
+each Python worker and cached there. A payload that cannot be resolved, or a
+kind this module does not understand, never drops anything.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dynsource import store, types
+from dynsource.filtering import DynamicFilteringData
+from dynsource.report import ReadCounts
+
+log = logging.getLogger(__name__)
+
+_RESOLVED_CACHE_SIZE = 8
+_FILTER_ERRORS = (TypeError, ValueError, pa.ArrowException)
+
+
+@dataclass(frozen=True)
+class RowFilterSpec:
+    """What ``read()`` needs to rebuild the row filter; it names the payload instead of carrying it.
+
+    ``data_columns`` are the data-column fields as (read-schema column, Spark SQL type);
+    ``mask_columns`` every read-schema column the row mask compares (the data
+    columns and the comparable partition-column fields).
+    """
+
+    handle: str
+    store: str | None
+    scan_id: str
+    data_columns: tuple[tuple[str, str], ...]
+    mask_columns: tuple[str, ...]
+    filter_rows: bool
+
+
+def plan_row_filter(
+    data: DynamicFilteringData,
+    partition_columns: Sequence[str],
+    column_types: Mapping[str, str],
+    *,
+    handle: str,
+    filter_store: str | None,
+    scan_id: str,
+    max_keys: int,
+    on_error: str,
+) -> tuple[RowFilterSpec | None, str | None]:
+    """The spec for the data-column fields of ``data``, or None and why it cannot be applied.
+
+    ``column_types`` maps the read schema's columns to their Spark SQL types. No
+    data-column field (or non-filtering data) gives (None, None). A data column
+    the filter cannot be compared with raises under ``on_error="fail"``.
+    """
+    if not data.is_filtering:
+        return None, None
+    by_name = {column.lower(): column for column in column_types}
+    partitioned = {column.lower() for column in partition_columns}
+    fields = [by_name[name.lower()] for name in data.field_names if name.lower() in by_name]
+    data_columns = [column for column in fields if column.lower() not in partitioned]
+    if not data_columns:
+        return None, None
+    for column in data_columns:
+        error = _comparison_error(data, column, column_types[column])
+        if error is None:
+            continue
+        if on_error == "fail":
+            raise error
+        reason = f"cannot filter rows by data column '{column}': {error}"
+        log.warning("dynsource: %s; reading its rows unfiltered.", reason)
+        return None, reason
+    # A partition-column field the filter cannot compare was not used to prune either: leave it out.
+    mask_columns = [
+        column for column in fields
+        if column in data_columns or _comparison_error(data, column, column_types[column]) is None
+    ]
+    spec = RowFilterSpec(
+        handle=handle,
+        store=filter_store,
+        scan_id=scan_id,
+        data_columns=tuple((column, column_types[column]) for column in data_columns),
+        mask_columns=tuple(mask_columns),
+        filter_rows=len(data) <= max_keys,
+    )
+    return spec, None
+
+
+def _comparison_error(data: DynamicFilteringData, column: str, type_name: str) -> Exception | None:
+    """Why the filter cannot compare a column of this type, or None: asked on an empty column."""
+    try:
+        data.matching_mask(pa.table({column: pa.array([], types.arrow_type(type_name))}))
+    except _FILTER_ERRORS as error:
+        return error
+    return None
+
+
+def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
+    """The row filter of a planned scan in this worker, or None: read every row of the planned files."""
+    if spec is None:
+        return None
+    try:
+        resolved = _resolve(spec.store or store.default_store(), spec.handle)
+    except (LookupError, ValueError, OSError) as error:
+        log.warning("dynsource: dynamic filter '%s' cannot be resolved in this worker, reading rows unfiltered: %s",
+                    spec.handle, error)
+        return None
+    fields = {name.lower() for name in resolved.data.field_names}
+    if not resolved.data.is_filtering or any(column.lower() not in fields for column in spec.mask_columns):
+        return None  # exceeded, or not the payload the scan was planned with: filter nothing
+    return RowFilter(resolved, spec)
+
+
+@functools.lru_cache(maxsize=_RESOLVED_CACHE_SIZE)
+def _resolve(store_url: str, handle: str) -> _ResolvedFilter:
+    # Python workers are reused across tasks: resolve (read, verify, parse) each payload once per process.
+    # A handle names one immutable payload, so a cached one never goes stale.
+    return _ResolvedFilter(store.resolve(handle, store_url))
+
+
+class _ResolvedFilter:
+    """A payload and the per-field sorted keys row-group checks bisect, built once per worker."""
+
+    def __init__(self, data: DynamicFilteringData) -> None:
+        self.data = data
+        self._sorted: dict[str, list[Any]] = {}
+
+    def sorted_keys(self, field: str) -> list[Any]:
+        if field not in self._sorted:
+            self._sorted[field] = sorted(value for value in self.data.table.column(field).to_pylist()
+                                         if value is not None)
+        return self._sorted[field]
+
+
+class RowFilter:
+    """Skips row groups and filters rows of one task, counting both."""
+
+    def __init__(self, resolved: _ResolvedFilter, spec: RowFilterSpec) -> None:
+        self.resolved = resolved
+        self.spec = spec
+        self.counts = ReadCounts()
+        fields = {name.lower(): name for name in resolved.data.field_names}
+        # (column, its Spark SQL type, the filter field) for each data column.
+        self._columns = [(column, column_type, fields[column.lower()]) for column, column_type in spec.data_columns]
+        self._filter_rows = spec.filter_rows
+
+    @property
+    def data(self) -> DynamicFilteringData:
+        return self.resolved.data
+
+    def keep_row_groups(self, metadata: pq.FileMetaData, row_groups: Sequence[int]) -> list[int]:
+        """Those of ``row_groups`` whose statistics may hold a matching row."""
+        leaves = _leaves(metadata)
+        kept = [index for index in row_groups if self._row_group_may_match(metadata.row_group(index), leaves)]
+        self.counts.row_groups_total += len(row_groups)
+        self.counts.row_groups_skipped += len(row_groups) - len(kept)
+        return kept
+
+    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (typed as the read schema) without the rows no filter row matches."""
+        self.counts.rows_read += batch.num_rows
+        if not self._filter_rows or batch.num_rows == 0:
+            return batch
+        try:
+            mask = self.data.matching_mask(pa.Table.from_batches([batch.select(list(self.spec.mask_columns))]))
+        except _FILTER_ERRORS as error:
+            self._filter_rows = False
+            log.warning("dynsource: cannot filter rows with dynamic filter '%s', reading them unfiltered: %s",
+                        self.spec.handle, error)
+            return batch
+        kept = batch.filter(pc.fill_null(mask, True))  # an unknown answer keeps the row
+        self.counts.rows_filtered += batch.num_rows - kept.num_rows
+        return kept
+
+    def _row_group_may_match(self, row_group: pq.RowGroupMetaData, leaves: Mapping[str, _Leaf]) -> bool:
+        # A row joins only if every field matches: one column whose values no key can equal rules the group out.
+        return all(
+            self._column_may_match(row_group, leaves.get(column), column_type, field)
+            for column, column_type, field in self._columns
+        )
+
+    def _column_may_match(
+        self, row_group: pq.RowGroupMetaData, leaf: _Leaf | None, column_type: str, field: str
+    ) -> bool:
+        if leaf is None or not _same_type(leaf.type, column_type):
+            return True  # statistics of values read() converts order differently from what it compares
+        statistics = row_group.column(leaf.index).statistics
+        if statistics is None:
+            return True
+        maybe_null = not statistics.has_null_count or statistics.null_count > 0
+        if self.data.null_safe and maybe_null:
+            return True  # a null key matches a null value
+        if not statistics.has_min_max:
+            # Only an all-null chunk has nulls counted and no bounds; with `=` nulls join nothing.
+            return not (statistics.has_null_count and statistics.null_count == row_group.num_rows)
+        try:
+            return self._range_may_match(field, column_type, leaf.type, statistics.min, statistics.max)
+        except _FILTER_ERRORS:
+            return True
+
+    def _range_may_match(self, field: str, column_type: str, value_type: pa.DataType, low: Any, high: Any) -> bool:
+        may_overlap = getattr(self.data, "may_overlap", None)
+        if may_overlap is not None:
+            return bool(may_overlap(field, low, high, value_type))
+        if self.data.kind != "exact":
+            return True  # a payload kind this module cannot bound must not prune
+        field_type = dict(self.data.fields)[field]
+        family = _family(column_type)
+        if family is None or family != _family(field_type) or not (_fits(low, family) and _fits(high, family)):
+            return True  # bounds whose Python order is not Spark's comparison (floats with NaN, time zones)
+        keys = self.resolved.sorted_keys(field)
+        position = bisect.bisect_left(keys, low)
+        return position < len(keys) and keys[position] <= high
+
+
+class _Leaf(NamedTuple):
+    index: int  # of the column chunk in a row group
+    type: pa.DataType  # the Arrow type of the statistics' values
+
+
+def _leaves(metadata: pq.FileMetaData) -> dict[str, _Leaf]:
+    """The column chunk of each top-level primitive column.
+
+    Nested columns have several leaves with dotted paths, which a top-level name
+    containing a dot could be mistaken for: count leaves by the Arrow schema instead.
+    """
+    leaves, index = {}, 0
+    for arrow_field in metadata.schema.to_arrow_schema():
+        arrow = arrow_field.type
+        if pa.types.is_dictionary(arrow):
+            arrow = arrow.value_type  # statistics hold the values, not the indices
+        if arrow.num_fields == 0:
+            leaves[arrow_field.name] = _Leaf(index, arrow)
+        index += _leaf_count(arrow)
+    return leaves
+
+
+def _leaf_count(arrow: pa.DataType) -> int:
+    if arrow.num_fields == 0:
+        return 1
+    return sum(_leaf_count(arrow.field(index).type) for index in range(arrow.num_fields))
+
+
+def _same_type(arrow: pa.DataType, column_type: str) -> bool:
+    try:
+        return types.type_name(arrow) == column_type
+    except ValueError:
+        return False
+
+
+# Spark SQL types whose Parquet min/max, as Python values, order like Spark compares them across the
+# family (int against decimal is exact, a date is a date); floats are left out because Parquet
+# statistics leave out NaN, which joins NaN in Spark, and timestamps because of time zones.
+_FAMILY_TYPES = {"boolean": (bool,), "number": (int, Decimal), "string": (str,), "date": (dt.date,)}
+
+
+def _family(type_name: str) -> str | None:
+    if type_name in ("tinyint", "smallint", "int", "bigint") or type_name.startswith("decimal"):
+        return "number"
+    return type_name if type_name in ("boolean", "string", "date") else None
+
+
+def _fits(value: Any, family: str) -> bool:
+    # bool is an int and datetime a date in Python; neither belongs to the other's family.
+    if family == "number" and isinstance(value, bool):
+        return False
+    if family == "date" and isinstance(value, dt.datetime):
+        return False
+    return isinstance(value, _FAMILY_TYPES[family])

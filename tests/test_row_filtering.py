@@ -1,0 +1,311 @@
+"""Row-group skipping and row filtering by filter fields that are data columns (issue 3 item 2)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dynsource
+from dynsource import report, rowfilter
+from dynsource.filtering import DynamicFilteringData
+from dynsource.options import ScanOptions
+
+# --- data -------------------------------------------------------------------------------------------
+
+
+def write_fact(directory: Path, keys: list, files: int = 2, row_group_size: int = 10) -> Path:
+    """``files`` Parquet files sharing ``keys`` in order, ``row_group_size`` rows per row group."""
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = len(keys) // files
+    for number in range(files):
+        chunk = keys[number * per_file:(number + 1) * per_file]
+        values = list(range(number * per_file, (number + 1) * per_file))
+        table = pa.table({"v": pa.array(values, pa.int64()), "k": pa.array(chunk, pa.int64())})
+        pq.write_table(table, directory / f"part-{number}.parquet", row_group_size=row_group_size)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def fact(tmp_path_factory) -> Path:
+    # 2 files x 5 row groups of 10 rows; row group g holds the keys 5g..5g+4, each twice.
+    return write_fact(tmp_path_factory.mktemp("fact"), [i // 2 for i in range(100)])
+
+
+def read(spark, path, **options):
+    reader = spark.read.format("dynsource").option("path", str(path))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def rows(df):
+    return sorted(df.collect(), key=repr)
+
+
+def keys_frame(spark, keys, ddl="k bigint"):
+    return spark.createDataFrame([(key,) for key in keys], ddl)
+
+
+# --- Spark: rows equal the join, figures counted ----------------------------------------------------
+
+
+@pytest.mark.parametrize("split", [{}, {"maxPartitionBytes": "600", "openCostInBytes": "1"}], ids=["files", "splits"])
+def test_rows_equal_the_inner_join_and_row_groups_are_skipped(spark, fact, split):
+    dim = keys_frame(spark, [2, 37])  # in row group 0 of part-0 and row group 2 of part-1
+    handle = dynsource.collect(dim, {"k": "k"})
+    fact_df = read(spark, fact, dynamicFilter=handle, **split)
+    assert rows(fact_df.join(dim, "k")) == rows(spark.read.parquet(str(fact)).join(dim, "k"))
+    assert sorted(r.k for r in fact_df.collect()) == [2, 2, 37, 37]
+    scan = dynsource.scan_report(handle)
+    assert scan.data_columns == ("k",) and scan.row_filtering
+    assert (scan.row_groups_total, scan.row_groups_skipped) == (10, 8)
+    assert (scan.rows_read, scan.rows_filtered) == (20, 16)
+    assert scan.tasks_reported == scan.input_partitions
+    if split:
+        assert scan.input_partitions > 2  # files were cut into splits, each row group counted once
+
+
+def test_multi_field_filter_on_a_partition_column_and_a_data_column(spark, tmp_path):
+    for p in range(3):
+        write_fact(tmp_path / f"p={p}", list(range(40)), files=1)  # 4 row groups: keys 0-9, ..., 30-39
+    dim = spark.createDataFrame([(0, 3), (1, 30)], "p int, k bigint")
+    handle = dynsource.collect(dim, {"p": "p", "k": "k"})
+    fact_df = read(spark, tmp_path, dynamicFilter=handle)
+    assert rows(fact_df.join(dim, ["p", "k"])) == rows(spark.read.parquet(str(tmp_path)).join(dim, ["p", "k"]))
+    assert sorted((r.p, r.k) for r in fact_df.collect()) == [(0, 3), (1, 30)]
+    scan = dynsource.scan_report(handle)
+    assert (scan.partitions_kept, scan.partitions_total) == (2, 3)
+    # Row groups are checked column by column: keys 3 and 30 keep the first and last row group of each partition.
+    assert (scan.row_groups_total, scan.row_groups_skipped) == (8, 4)
+    assert (scan.rows_read, scan.rows_filtered) == (40, 38)  # rows are checked on (p, k) together
+
+
+@pytest.fixture(scope="module")
+def fact_with_nulls(tmp_path_factory) -> Path:
+    # One file: an all-null row group, then keys 0-9 with every third one null.
+    keys = [None] * 10 + [None if i % 3 == 0 else i for i in range(10)]
+    return write_fact(tmp_path_factory.mktemp("nulls"), keys, files=1)
+
+
+def test_null_keys_never_match_an_exact_filter(spark, fact_with_nulls):
+    handle = dynsource.publish(DynamicFilteringData([("k", "bigint")], [(1,), (None,)]))
+    fact_df = read(spark, fact_with_nulls, dynamicFilter=handle)
+    dim = keys_frame(spark, [1, None])
+    native = spark.read.parquet(str(fact_with_nulls))
+    assert rows(fact_df.join(dim, "k")) == rows(native.join(dim, "k"))
+    assert [r.k for r in fact_df.collect()] == [1]
+    scan = dynsource.scan_report(handle)
+    assert (scan.row_groups_total, scan.row_groups_skipped) == (2, 1)  # the all-null row group
+    assert (scan.rows_read, scan.rows_filtered) == (10, 9)
+
+
+def test_null_safe_filter_keeps_null_keys(spark, fact_with_nulls):
+    handle = dynsource.publish(DynamicFilteringData([("k", "bigint")], [(1,), (None,)], null_safe=True))
+    fact_df = read(spark, fact_with_nulls, dynamicFilter=handle)
+    dim = keys_frame(spark, [1, None]).withColumnRenamed("k", "dk")
+    native = spark.read.parquet(str(fact_with_nulls))
+    assert rows(fact_df.join(dim, fact_df.k.eqNullSafe(dim.dk))) == rows(native.join(dim, native.k.eqNullSafe(dim.dk)))
+    assert sorted(r.k for r in fact_df.collect() if r.k is not None) == [1]
+    scan = dynsource.scan_report(handle)
+    assert (scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (0, 20, 5)  # 14 nulls and a 1 kept
+
+
+def test_above_row_filter_max_keys_only_row_groups_are_skipped(spark, fact):
+    dim = keys_frame(spark, [2, 37])
+    handle = dynsource.collect(dim, {"k": "k"})
+    fact_df = read(spark, fact, dynamicFilter=handle, rowFilterMaxKeys="1")
+    assert fact_df.count() == 20  # every row of the two row groups that may match
+    assert rows(fact_df.join(dim, "k")) == rows(spark.read.parquet(str(fact)).join(dim, "k"))
+    scan = dynsource.scan_report(handle)
+    assert not scan.row_filtering
+    assert (scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (8, 20, 0)
+
+
+@pytest.mark.parametrize(
+    ("schema", "fields", "message"),
+    [
+        (None, [("k", "bigint"), ("nope", "int")], r"\['nope'\] are neither partition columns nor data columns"
+         r".*its partition columns are \[\] and its data columns are \['v', 'k'\]"),
+        ("v bigint", [("k", "bigint")], r"\['k'\] are neither partition columns nor data columns"
+         r".*its partition columns are \[\] and its data columns are \['v'\]"),
+    ],
+    ids=["table-schema", "schema-without-the-column"],
+)
+def test_field_that_is_neither_kind_of_column_is_a_clear_error(spark, fact, schema, fields, message):
+    handle = dynsource.publish(DynamicFilteringData(fields, [(1,) * len(fields)]))
+    reader = spark.read.format("dynsource") if schema is None else spark.read.format("dynsource").schema(schema)
+    df = reader.option("path", str(fact)).option("dynamicFilter", handle).load()
+    with pytest.raises(Exception, match=message):
+        df.count()
+
+
+# --- planning (no Spark) ----------------------------------------------------------------------------
+
+
+def plan(data, partition_columns=(), column_types=None, max_keys=2000, on_error="fallback"):
+    column_types = column_types or {"v": "bigint", "k": "bigint", "p": "int"}
+    return rowfilter.plan_row_filter(
+        data, partition_columns, column_types, handle="dynf-" + "0" * 32, filter_store=None, scan_id="s",
+        max_keys=max_keys, on_error=on_error,
+    )
+
+
+def test_plan_only_for_data_column_fields():
+    assert plan(DynamicFilteringData([("p", "int")], [(1,)]), partition_columns=["p"]) == (None, None)
+    spec, reason = plan(DynamicFilteringData([("P", "int"), ("K", "bigint")], [(1, 2)]), partition_columns=["p"])
+    assert reason is None
+    assert spec.data_columns == (("k", "bigint"),) and spec.mask_columns == ("p", "k") and spec.filter_rows
+
+
+def test_plan_threshold_and_exceeded_data():
+    data = DynamicFilteringData([("k", "bigint")], [(1,), (2,)])
+    assert plan(data, max_keys=2)[0].filter_rows
+    assert not plan(data, max_keys=1)[0].filter_rows
+    assert plan(DynamicFilteringData([("k", "bigint")], exceed_threshold=True)) == (None, None)
+
+
+def test_plan_with_an_incomparable_data_column_falls_back_or_fails():
+    data = DynamicFilteringData([("k", "boolean")], [(True,)])
+    spec, reason = plan(data, column_types={"k": "date"})
+    assert spec is None and "data column 'k'" in reason
+    with pytest.raises(TypeError):
+        plan(data, column_types={"k": "date"}, on_error="fail")
+
+
+def test_row_filter_max_keys_option():
+    assert ScanOptions.parse({"path": "t"}).rowFilterMaxKeys == 2000
+    assert ScanOptions.parse({"path": "t", "rowfiltermaxkeys": "0"}).rowFilterMaxKeys == 0
+    with pytest.raises(ValueError, match="Option 'rowFilterMaxKeys'"):
+        ScanOptions.parse({"path": "t", "rowFilterMaxKeys": "-1"})
+
+
+# --- the row filter of one task (no Spark) ----------------------------------------------------------
+
+
+class WithoutMayOverlap:
+    """A payload as it was before ``may_overlap``, or of a kind this module does not know."""
+
+    def __init__(self, data: DynamicFilteringData, kind: str | None = None) -> None:
+        self._data, self._kind = data, kind
+
+    @property
+    def kind(self) -> str:
+        return self._kind or self._data.kind
+
+    def __getattr__(self, name: str):
+        if name == "may_overlap":
+            raise AttributeError(name)
+        return getattr(self._data, name)
+
+
+def row_filter(data, columns=(("k", "bigint"),), mask_columns=("k",), filter_rows=True) -> rowfilter.RowFilter:
+    spec = rowfilter.RowFilterSpec("dynf-" + "0" * 32, None, "s", tuple(columns), tuple(mask_columns), filter_rows)
+    return rowfilter.RowFilter(rowfilter._ResolvedFilter(data), spec)
+
+
+def metadata(tmp_path: Path, table: pa.Table, row_group_size: int = 10) -> pq.FileMetaData:
+    pq.write_table(table, tmp_path / "f.parquet", row_group_size=row_group_size)
+    return pq.ParquetFile(tmp_path / "f.parquet").metadata
+
+
+def key_table(values, arrow: pa.DataType | None = None) -> pa.Table:
+    return pa.table({"k": pa.array(values, arrow or pa.int64())})
+
+
+@pytest.mark.parametrize("wrap", [lambda data: data, WithoutMayOverlap], ids=["may_overlap", "exact-fallback"])
+def test_row_groups_skipped_by_statistics(tmp_path, wrap):
+    meta = metadata(tmp_path, key_table(range(50)))
+    filtered = row_filter(wrap(DynamicFilteringData([("k", "bigint")], [(3,), (41,), (None,)])))
+    assert filtered.keep_row_groups(meta, range(5)) == [0, 4]
+    assert filtered.keep_row_groups(meta, [1, 2]) == []
+    assert (filtered.counts.row_groups_total, filtered.counts.row_groups_skipped) == (7, 5)
+
+
+def test_int_column_against_decimal_keys_in_the_fallback(tmp_path):
+    meta = metadata(tmp_path, key_table(range(30), pa.int32()))
+    data = WithoutMayOverlap(DynamicFilteringData([("k", "decimal(10,2)")], [(Decimal("12.00"),), (Decimal("25.50"),)]))
+    assert row_filter(data, columns=[("k", "int")]).keep_row_groups(meta, range(3)) == [1, 2]
+
+
+def test_float_column_is_not_skipped_by_the_fallback(tmp_path):
+    # Parquet statistics leave NaN out, and NaN joins NaN in Spark.
+    meta = metadata(tmp_path, key_table([1.0, float("nan")] * 5, pa.float64()))
+    data = WithoutMayOverlap(DynamicFilteringData([("k", "double")], [(float("nan"),)]))
+    assert row_filter(data, columns=[("k", "double")]).keep_row_groups(meta, [0]) == [0]
+
+
+def test_range_payload_skips_and_filters(tmp_path):
+    if not hasattr(DynamicFilteringData, "from_bounds"):
+        pytest.skip("range payloads are not in this filtering module")
+    meta = metadata(tmp_path, key_table(range(50)))
+    filtered = row_filter(DynamicFilteringData.from_bounds([("k", "bigint")], [12], [18], key_count=3))
+    assert filtered.keep_row_groups(meta, range(5)) == [1]
+    batch = pa.RecordBatch.from_pydict({"k": pa.array(range(10, 20), pa.int64())})
+    assert filtered.apply(batch).column("k").to_pylist() == list(range(12, 19))
+
+
+def test_unknown_payload_kind_does_not_skip(tmp_path):
+    meta = metadata(tmp_path, key_table(range(20)))
+    data = WithoutMayOverlap(DynamicFilteringData([("k", "bigint")], [(99,)]), kind="mystery")
+    assert row_filter(data).keep_row_groups(meta, range(2)) == [0, 1]
+
+
+def test_null_row_groups(tmp_path):
+    meta = metadata(tmp_path, key_table([None] * 10 + [5] * 10))
+    exact = DynamicFilteringData([("k", "bigint")], [(5,), (None,)])
+    assert row_filter(exact).keep_row_groups(meta, range(2)) == [1]
+    null_safe = DynamicFilteringData([("k", "bigint")], [(5,), (None,)], null_safe=True)
+    assert row_filter(null_safe).keep_row_groups(meta, range(2)) == [0, 1]
+
+
+def test_statistics_of_another_type_than_the_read_schema_do_not_skip(tmp_path):
+    # The file stores strings that the read schema casts to bigint: string order is not numeric order.
+    meta = metadata(tmp_path, pa.table({"k": ["10", "9"]}))
+    assert row_filter(DynamicFilteringData([("k", "bigint")], [(5,)])).keep_row_groups(meta, [0]) == [0]
+
+
+def test_top_level_column_found_past_nested_columns(tmp_path):
+    table = pa.table({
+        "s": pa.array([{"a": 1, "b": [1]}] * 20), "m": pa.array([[("x", 1)]] * 20, pa.map_(pa.string(), pa.int64())),
+        "k": pa.array(range(20), pa.int64()),
+    })
+    meta = metadata(tmp_path, table)
+    assert row_filter(DynamicFilteringData([("k", "bigint")], [(15,)])).keep_row_groups(meta, range(2)) == [1]
+
+
+def test_rows_filtered_and_counted_vectorized():
+    data = DynamicFilteringData([("p", "int"), ("k", "bigint")], [(1, 2), (2, 3)])
+    batch = pa.RecordBatch.from_pydict({
+        "v": pa.array(range(6), pa.int64()), "k": pa.array([2, 3, 2, 3, None, 2], pa.int64()),
+        "p": pa.array([1, 1, 2, 2, 1, 1], pa.int32()),
+    })
+    filtered = row_filter(data, mask_columns=("p", "k"))
+    assert filtered.apply(batch).column("v").to_pylist() == [0, 3, 5]
+    assert (filtered.counts.rows_read, filtered.counts.rows_filtered) == (6, 3)
+    unfiltered = row_filter(data, mask_columns=("p", "k"), filter_rows=False)
+    assert unfiltered.apply(batch).num_rows == 6 and unfiltered.counts.rows_filtered == 0
+
+
+def test_unresolvable_filter_filters_nothing(tmp_path):
+    spec = rowfilter.RowFilterSpec("dynf-" + "1" * 32, str(tmp_path), "s", (("k", "bigint"),), ("k",), True)
+    assert rowfilter.open_row_filter(spec) is None
+
+
+def test_report_sums_the_tasks_of_the_latest_scan(tmp_path):
+    handle, store = "dynf-" + "2" * 32, str(tmp_path)
+    plan_fields = dict(path="t", payload_kind="exact", keys=2, payload_bytes=100, filtering=True,
+                       partitions_total=1, partitions_kept=1,
+                       files_kept=2, bytes_kept=10, listings=1, input_partitions=2, planning_ms=1.0)
+    report.save_task(handle, "old", 0, report.ReadCounts(100, 100, 100, 100), store)
+    report.save(report.ScanReport(handle=handle, scan_id="new", data_columns=("k",), **plan_fields), store)
+    assert dynsource.scan_report(handle, store).tasks_reported == 0
+    report.save_task(handle, "new", 0, report.ReadCounts(5, 4, 10, 8), store)
+    report.save_task(handle, "new", 1, report.ReadCounts(5, 4, 10, 8), store)
+    report.save_task(handle, "new", 1, report.ReadCounts(5, 4, 10, 8), store)  # a retried task replaces its figures
+    scan = dynsource.scan_report(handle, store)
+    assert scan.data_columns == ("k",) and scan.tasks_reported == 2
+    assert (scan.row_groups_total, scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (10, 8, 20, 16)
