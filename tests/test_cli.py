@@ -13,7 +13,7 @@ import dynsource
 
 def run_cli(*args: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dynsource.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+                          timeout=600)
 
 
 def test_explain_prints_the_report_of_a_scan(spark, tmp_path):
@@ -30,3 +30,10 @@ def test_explain_prints_the_report_of_a_scan(spark, tmp_path):
 def test_explain_of_an_unknown_handle_says_so():
     result = run_cli("explain", "dynf-" + "e" * 32)
     assert result.returncode == 1 and "No scan has used" in result.stderr
+
+
+def test_demo_runs_and_its_three_results_agree(tmp_path):
+    result = run_cli("demo", "--data", str(tmp_path), env=None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "results equal: yes" in result.stdout
+    assert "partitions kept/total: 31/1827" in result.stdout

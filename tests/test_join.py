@@ -89,3 +89,13 @@ def test_bad_join_arguments(spark, fact):
         dynsource.dynamic_join(fact, dim, {"k": "dk"}, "sideways")
     with pytest.raises(ValueError, match="at least one"):
         dynsource.dynamic_join(fact, dim, {})
+
+
+@pytest.mark.parametrize("kind", ["bloom", "range"])
+def test_graded_payloads_prune_and_equal_the_plain_join(spark, fact, kind):
+    dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 7)")
+    joined = dynsource.dynamic_join(fact, dim, {"k": "dk"}, max_rows=1, kinds=(kind,))
+    assert same_rows(joined, plain(spark, fact, dim, "inner"))
+    report = dynsource.scan_report(joined)
+    assert report.payload_kind == kind and report.filtering
+    assert 4 <= report.partitions_kept < report.partitions_total  # a bloom may keep more, never fewer
