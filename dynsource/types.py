@@ -7,9 +7,12 @@ that turns those names into Arrow types and decides how two types compare.
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
 
 _ALIASES = {
     "boolean": "boolean", "bool": "boolean",
@@ -146,3 +149,18 @@ def _as_decimal(name: str) -> tuple[int, int]:
 def _decimal_parts(name: str) -> tuple[int, int]:
     match = _DECIMAL.match(name)
     return int(match.group(1)), int(match.group(2))
+
+
+def spark_schema(arrow: pa.Schema) -> StructType:
+    """The Spark schema of Arrow data, as Spark types Parquet columns (a zone-less timestamp is timestamp_ntz).
+
+    pyspark 4.0 defaults ``prefer_timestamp_ntz`` to False and 4.1+ to True: say it explicitly.
+    """
+    return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+
+
+def read_arrow_schema(schema: StructType) -> pa.Schema:
+    """The exact Arrow schema Spark expects from ``read()`` for ``schema``: timestamps as UTC instants."""
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:  # pyspark >= 4.1
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)  # pyspark 4.0: UTC timestamps by default
