@@ -10,6 +10,7 @@ import pytest
 
 import dynsource
 from dynsource import store
+from tests.helpers import read
 
 KEPT = dynsource.DynamicFilteringData([("k", "int")], [(2,)])
 
@@ -22,10 +23,7 @@ def table(tmp_path_factory):
 
 
 def load(spark, table, handle, **options):
-    reader = spark.read.format("dynsource").option("path", table).option("dynamicFilter", handle)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return read(spark, table, dynamicFilter=handle, **options)
 
 
 def scan(spark, table, handle, **options):

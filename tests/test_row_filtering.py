@@ -13,6 +13,7 @@ import dynsource
 from dynsource import report, rowfilter
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
+from tests.helpers import read, rows
 
 # --- data -------------------------------------------------------------------------------------------
 
@@ -33,17 +34,6 @@ def write_fact(directory: Path, keys: list, files: int = 2, row_group_size: int 
 def fact(tmp_path_factory) -> Path:
     # 2 files x 5 row groups of 10 rows; row group g holds the keys 5g..5g+4, each twice.
     return write_fact(tmp_path_factory.mktemp("fact"), [i // 2 for i in range(100)])
-
-
-def read(spark, path, **options):
-    reader = spark.read.format("dynsource").option("path", str(path))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def rows(df):
-    return sorted(df.collect(), key=repr)
 
 
 def keys_frame(spark, keys, ddl="k bigint"):

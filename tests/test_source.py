@@ -13,22 +13,12 @@ import pytest
 
 import dynsource
 from dynsource.demo import QUERY, write_star_schema
+from tests.helpers import read, rows
 
 
 @pytest.fixture(scope="module")
 def star(tmp_path_factory):
     return write_star_schema(tmp_path_factory.mktemp("star"), sales_rows=20_000)
-
-
-def read(spark, path, **options):
-    reader = spark.read.format("dynsource").option("path", str(path))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def rows(df):
-    return sorted(df.collect(), key=repr)
 
 
 def star_join(spark, store_sales, date_dim_path):
