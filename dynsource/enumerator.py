@@ -23,8 +23,8 @@ from dynsource.filtering import DynamicFilteringData
 log = logging.getLogger(__name__)
 
 # Decides, for the candidate directories of one level, which to descend into.
-# Arguments: the partition columns known so far and one tuple of raw values per candidate.
-LevelFilter = Callable[[tuple[str, ...], Sequence[tuple[str, ...]]], Sequence[bool]]
+# Arguments: the partition columns known so far and one tuple of raw values per candidate; None keeps them all.
+LevelFilter = Callable[[tuple[str, ...], Sequence[tuple[str, ...]]], Sequence[bool] | None]
 
 _LIST_THREADS = 16
 
@@ -179,6 +179,9 @@ class DynamicPartitionEnumerator:
         Zone of timestamp partition values (None: this process's zone).
     on_error : {"fallback", "fail"}
         What a filter that cannot be applied does: read everything (logged) or raise.
+    static_filter : LevelFilter, optional
+        A per-level decision known before the scan (the WHERE filters Spark pushed);
+        a directory is descended into only when both it and the dynamic filter keep it.
     """
 
     def __init__(
@@ -189,8 +192,10 @@ class DynamicPartitionEnumerator:
         data_columns: Sequence[str] = (),
         time_zone: str | None = None,
         on_error: str = "fallback",
+        static_filter: LevelFilter | None = None,
     ) -> None:
         self.static = static
+        self.static_filter = static_filter
         self.column_types = dict(column_types)
         self.data_columns = tuple(data_columns)
         self.time_zone = time_zone
@@ -202,10 +207,11 @@ class DynamicPartitionEnumerator:
         self.data = data
 
     def enumerate(self) -> Listing:
-        if self.data is None or not self.data.is_filtering:
-            return self.static.enumerate()
-        listing = self.static.enumerate(self._keep)
-        self._check_fields(listing)
+        dynamic = self.data is not None and self.data.is_filtering
+        level_filters = [f for f in (self.static_filter, self._keep if dynamic else None) if f is not None]
+        listing = self.static.enumerate(_kept_by_all(level_filters) if level_filters else None)
+        if dynamic:
+            self._check_fields(listing)
         return listing
 
     def _keep(self, columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
@@ -241,3 +247,14 @@ class DynamicPartitionEnumerator:
                 f"'{self.static.root}'; its partition columns are {list(listing.columns)} and its data columns "
                 f"are {data_columns}."
             )
+
+
+def _kept_by_all(level_filters: Sequence[LevelFilter]) -> LevelFilter:
+    def keep(columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
+        # Every filter sees every level, even one whose answer cannot matter: each records what it applied.
+        decisions = [d for d in (f(columns, raw_rows) for f in level_filters) if d is not None]
+        if not decisions:
+            return None
+        return [all(votes) for votes in zip(*decisions, strict=True)]
+
+    return keep

@@ -5,19 +5,18 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from dynsource import files, partitions, planner, report, rowfilter, store
+from dynsource import files, partitions, planner, pushdown, report, rowfilter, store
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
-from dynsource.types import arrow_type, normalize_type
+from dynsource.types import arrow_type, normalize_type, read_arrow_schema, spark_schema
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,13 @@ class DynsourceDataSource(DataSource):
     dimension on the filter fields: the scan returns a superset of the fact rows
     that join (with ``=`` a null key joins nothing), not every row of the table.
     Do not pass it for outer or anti joins that must keep non-matching fact rows.
+
+    On pyspark 4.1 and later, with ``spark.sql.python.filterPushdown.enabled``
+    (set by :func:`dynsource.register`), WHERE filters on partition columns
+    (``=``, ``<=>``, ``IN``, ``<``, ``<=``, ``>``, ``>=``, ``IS [NOT] NULL``, ``NOT``)
+    of integral, decimal, string, date or boolean type prune partitions at
+    planning time as the dynamic filter does, and both must keep a partition for
+    it to be read. Other filters, including all on data columns, are left to Spark.
 
     Options
     -------
@@ -114,6 +120,10 @@ class DynsourceDataSource(DataSource):
         return table_schema(listing, fs, self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:
+        # Only Spark's pushdown worker both calls pushFilters and tolerates a reader that has it (see
+        # pushdown.called_from_pushdown_worker); everywhere else the reader must not define it.
+        if pushdown.called_from_pushdown_worker():
+            return PushdownReader(self.scan_options, schema)
         return DynsourceReader(self.scan_options, schema)
 
 
@@ -130,7 +140,7 @@ class DynsourceReader(DataSourceReader):
             return
         plan: planner.SplitPlan = partition.value
         fs = files.arrow_filesystem(files.open_table(self.options.path)[0])
-        target = to_arrow_schema(self.schema, timezone="UTC")
+        target = read_arrow_schema(self.schema)
         row_filter = rowfilter.open_row_filter(plan.row_filter)
         try:
             for split in plan.splits:
@@ -140,6 +150,31 @@ class DynsourceReader(DataSourceReader):
             # Also when Spark stops early (a LIMIT): the figures then cover what was read.
             if row_filter is not None:
                 _report_task(plan, row_filter)
+
+
+class PushdownReader(DynsourceReader):
+    """A reader that also prunes partitions by the WHERE filters Spark pushes (pyspark >= 4.1).
+
+    Whether a filter can be claimed is only known once the partition columns
+    have been listed, so ``pushFilters`` plans the scan and ``partitions()``,
+    called next on this object in the same worker, hands that plan over.
+    """
+
+    def __init__(self, options: ScanOptions, schema: StructType) -> None:
+        super().__init__(options, schema)
+        self._planned: list[InputPartition] | None = None
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        partition_filter = pushdown.PartitionFilter(filters, read_column_types(self.options, self.schema))
+        self._planned = plan_scan(self.options, self.schema, partition_filter)
+        return partition_filter.unapplied()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self._planned if self._planned is not None else super().partitions()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader into every read task after pushFilters: the plan would travel to each task.
+        return {**self.__dict__, "_planned": None}
 
 
 def _report_task(plan: planner.SplitPlan, row_filter: rowfilter.RowFilter) -> None:
@@ -155,7 +190,7 @@ def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
     first = next((f.path for p in listing.partitions for f in p.files), None)
     if first is None:
         raise ValueError(f"Option 'path': table '{options.path}' has no data files, so its schema cannot be inferred.")
-    data = from_arrow_schema(files.file_schema(first, files.arrow_filesystem(fs), options.format))
+    data = spark_schema(files.file_schema(first, files.arrow_filesystem(fs), options.format))
     partition_fields = {f.name: f for f in _partition_fields(listing, options)}
     # A partition column also stored in the files keeps its place but takes the partition's type (as Spark).
     fields = [partition_fields.pop(f.name, f) for f in data.fields] + list(partition_fields.values())
@@ -174,19 +209,27 @@ def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructFiel
     fields = []
     for index, column in enumerate(listing.columns):
         type_name = declared.get(column) or partitions.infer_type(p.raw_values[index] for p in listing.partitions)
-        fields.append(from_arrow_schema(pa.schema([(column, arrow_type(type_name))]))[0])
+        fields.append(spark_schema(pa.schema([(column, arrow_type(type_name))]))[0])
     return fields
 
 
-def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
-    """Enumerate (pruning with the dynamic filter if any), then pack the kept files into InputPartitions."""
+def read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str]:
+    """Spark SQL type of each read-schema column, with ``partitionColumns`` declarations taking precedence."""
+    schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
+    return {**schema_types, **dict(options.partitionColumns)}
+
+
+def plan_scan(
+    options: ScanOptions, schema: StructType, partition_filter: pushdown.PartitionFilter | None = None
+) -> list[InputPartition]:
+    """Enumerate (pruning with the pushed and the dynamic filter if any), then pack the kept files."""
     started = time.perf_counter()
     fs, root = files.open_table(options.path)
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
-    column_types = {**schema_types, **dict(options.partitionColumns)}
+    column_types = read_column_types(options, schema)
     enumerator = DynamicPartitionEnumerator(
         PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.timeZone,
-        on_error=options.dynamicFilterOnError,
+        on_error=options.dynamicFilterOnError, static_filter=partition_filter.keep if partition_filter else None,
     )
     waited = time.perf_counter()
     data, unusable = _filter_data(options)
