@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from dynsource import pushdown
+from dynsource.catalog import drop_table, register_table, register_tables
 from dynsource.collector import collect, collect_data
 from dynsource.filtering import DynamicFilteringData
 from dynsource.join import dynamic_join
@@ -17,14 +19,22 @@ __all__ = [
     "ScanReport",
     "collect",
     "collect_data",
+    "drop_table",
     "dynamic_join",
     "publish",
     "register",
+    "register_table",
     "resolve",
     "scan_report",
 ]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``dynsource`` data source with ``spark`` (calling it again is harmless)."""
+    """Register the ``dynsource`` data source with ``spark`` (calling it again is harmless).
+
+    Also enables ``spark.sql.python.filterPushdown.enabled`` (pyspark >= 4.1), so
+    that WHERE predicates on partition columns prune partitions at planning time.
+    """
     spark.dataSource.register(DynsourceDataSource)
+    pushdown.enable(spark)
+    register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.catalog

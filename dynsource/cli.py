@@ -1,11 +1,16 @@
-"""The ``dynsource`` command: ``demo`` runs the main job, ``explain`` prints a scan report."""
+"""The ``dynsource`` command: ``demo``, ``explain`` (a scan report) and ``table`` (registered tables)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import logging
+import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -16,14 +21,94 @@ def main(argv: list[str] | None = None) -> None:
     explain = commands.add_parser("explain", help="print the pruning report of the last scan that used a handle")
     explain.add_argument("handle", help="a filter handle, as returned by dynsource.collect() or publish()")
     explain.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
+    _add_table_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
         from dynsource.demo import run
 
         run(args.data)
-    else:
+    elif args.command == "explain":
         _explain(args.handle, args.store)
+    else:
+        _table(args)
+
+
+def _add_table_commands(commands: argparse._SubParsersAction) -> None:
+    table = commands.add_parser("table", help="register, list and drop dynsource tables in Spark's Hive catalog")
+    actions = table.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="register table NAME reading the files at --path")
+    create.add_argument("name", help="table name: 'table' or 'db.table'")
+    create.add_argument("--path", required=True, help="the table directory (fsspec URL or local path)")
+    create.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a reader option stored with the table, e.g. format=orc (repeatable)")
+    create.add_argument("--replace", action="store_true", help="replace an existing table of that name")
+    actions.add_parser("list", help="list the registered tables: name, in the catalog or not, path")
+    drop = actions.add_parser("drop", help="drop table NAME and delete its definition")
+    drop.add_argument("name", help="table name: 'table' or 'db.table'")
+    for action in actions.choices.values():
+        action.add_argument("--definitions", help="definitions URL (default: $DYNSOURCE_DEFINITIONS or "
+                                                  "<spark.sql.warehouse.dir>/_dynsource)")
+        action.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                            help="a Spark setting, e.g. spark.sql.warehouse.dir=/data/warehouse (repeatable)")
+
+
+def _table(args: argparse.Namespace) -> None:
+    from dynsource import catalog
+
+    spark = _hive_session(_pairs(args.conf, "--conf"))
+    if args.definitions:  # dynsource.register() restored only the tables of the default location
+        catalog.register_tables(spark, definitions=args.definitions)
+    try:
+        if args.action == "create":
+            catalog.register_table(spark, args.name, args.path, definitions=args.definitions, replace=args.replace,
+                                   **_pairs(args.option, "--option"))
+            print(f"created table {catalog.qualified_name(spark, args.name)}")
+        elif args.action == "drop":
+            catalog.drop_table(spark, args.name, definitions=args.definitions)
+            print(f"dropped table {catalog.qualified_name(spark, args.name)}")
+        else:
+            _list_tables(spark, args.definitions)
+    except ValueError as error:
+        sys.exit(f"dynsource table {args.action}: {error}")
+
+
+def _list_tables(spark: SparkSession, definitions: str | None) -> None:
+    from dynsource import catalog
+
+    location = catalog.definitions_location(spark, definitions)
+    for table in catalog.stored_tables(location):
+        state = "in catalog" if catalog.in_catalog(spark, table) else "not in catalog"
+        try:
+            path = catalog.read_definition(table, location).path
+        except catalog.TableDefinitionError as error:
+            path = f"(unreadable: {error})"
+        print(f"{table}\t{state}\t{path}")
+
+
+def _hive_session(settings: dict[str, str]) -> SparkSession:
+    # Workers must run this interpreter (DESIGN fact 1), and only a Hive catalog keeps tables after the command.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import dynsource
+
+    builder = SparkSession.builder.appName("dynsource-table").config("spark.ui.enabled", "false").enableHiveSupport()
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    dynsource.register(spark)
+    return spark
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            sys.exit(f"dynsource table: {flag} {item!r} is not KEY=VALUE")
+        pairs[key.strip()] = value
+    return pairs
 
 
 def _explain(handle: str, store: str | None) -> None:

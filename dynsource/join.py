@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from dynsource import collector, files, partitions, report
+from dynsource import catalog, collector, files, partitions, report
 from dynsource import store as filter_store
 from dynsource.filtering import DynamicFilteringData
 
@@ -48,7 +48,7 @@ def dynamic_join(
     ----------
     fact : str
         The fact table: an fsspec URL or path of a Hive-partitioned table, or the
-        name of a table in Spark's catalog that reads through dynsource.
+        name of a table registered with :func:`dynsource.register_table`.
     dim : DataFrame
         The dimension side (usually filtered). It is cached, so the keys are
         collected from and joined with the same computed rows.
@@ -81,6 +81,7 @@ def dynamic_join(
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
     spark = dim.sparkSession
     base_options = dict(options or {})
+    fact_path = fact if _is_path(fact) else catalog.load_definition(spark, fact).path
     fact_df = _read(spark, fact, base_options)
     handle, reason, store = None, None, None
     if join_type not in _PRUNING:
@@ -91,7 +92,7 @@ def dynamic_join(
         store = collect_options.pop("store", None)
         data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
         handle = filter_store.publish(data, store)
-        reason = _no_benefit(fact, data, types, fallback_filter_ratio)
+        reason = _no_benefit(fact_path, data, types, fallback_filter_ratio)
         if reason is None:
             filtered = {**base_options, "dynamicFilter": handle, **({"filterStore": store} if store else {})}
             fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
@@ -103,26 +104,27 @@ def dynamic_join(
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:
     reader = spark.read.format("dynsource").options(**options)
+    if not _is_path(fact):
+        # A registered table's schema is in the catalog, and Spark rejects a given schema with table().
+        return reader.table(fact)
     if schema is not None:
         reader = reader.schema(schema)
-    if _is_path(fact):
-        return reader.option("path", fact).load()
-    return reader.table(fact)
+    return reader.option("path", fact).load()
 
 
 def _is_path(fact: str) -> bool:
     return "/" in fact or "://" in fact or "\\" in fact
 
 
-def _no_benefit(fact: str, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
-    """Why filtering would not pay, judged on the fact's top-level partitions; None when it does.
+def _no_benefit(path: str, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
+    """Why filtering would not pay, judged on the top-level partitions of the fact at ``path``; None when it does.
 
     One listing of the table's root is all it costs; a filter that does not
     constrain the first partition column is assumed to pay.
     """
-    if not _is_path(fact) or not data.is_filtering:
+    if not data.is_filtering:
         return None  # an exceeded filter reads everything anyway, and the scan report says so
-    fs, root = files.open_table(fact)
+    fs, root = files.open_table(path)
     names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)]
     parsed = [p for p in map(partitions.parse_directory_name, names) if p is not None]
     if not parsed or parsed[0][0] not in types:

@@ -1,0 +1,330 @@
+"""Registered tables: dynsource tables in Spark's catalog that plain SQL reads.
+
+Spark keeps no OPTIONS, LOCATION or TBLPROPERTIES for a table of a Python data
+source (DESIGN fact 6): the source sees only the options of the table reference
+(``WITH (...)``). What survives is the source name. So each table gets its own
+source, ``dynsource.<db>.<table>``, a subclass of ``DynsourceDataSource`` whose
+class attributes say where the table's definition is stored; they travel with
+the pickled class to the Python worker that reads the definition.
+
+A definition is JSON (path, reader options, schema) in an fsspec directory: the
+``definitions`` argument, else ``$DYNSOURCE_DEFINITIONS``, else
+``<spark.sql.warehouse.dir>/_dynsource``. The schema is inferred once, when the
+table is registered, and declared to the catalog, so a query lists no files to
+learn it. One definitions directory belongs to one metastore: registering the
+tables of a new session deletes the definitions whose table is gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import fsspec
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from dynsource import store
+from dynsource.options import ScanOptions
+from dynsource.source import DynsourceDataSource
+
+log = logging.getLogger(__name__)
+
+DEFINITIONS_ENV = "DYNSOURCE_DEFINITIONS"
+SOURCE_PREFIX = "dynsource."
+_VERSION = 1
+_SUFFIX = ".json"
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+# Where this process registered each table's source, for tables stored outside the default location.
+_locations: dict[str, str] = {}
+
+
+class TableDefinitionError(ValueError):
+    """A registered table's definition is missing or cannot be read; the message names the table and where."""
+
+
+@dataclass(frozen=True)
+class TableDefinition:
+    """What a registered table reads: its qualified name, reader options (``path`` among them) and schema."""
+
+    table: str
+    options: dict[str, str]
+    schema: StructType
+
+    @property
+    def path(self) -> str:
+        return self.options["path"]
+
+    def to_json(self) -> bytes:
+        document = {"version": _VERSION, "table": self.table, "options": self.options,
+                    "schema": json.loads(self.schema.json())}
+        return json.dumps(document, indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, table: str, location: str, blob: bytes) -> TableDefinition:
+        """Parse a stored definition; anything unexpected is a ``TableDefinitionError`` naming ``location``."""
+        try:
+            document = json.loads(blob)
+            if document["version"] != _VERSION or document["table"] != table:
+                raise ValueError(f"it is version {document['version']} of table '{document['table']}'")
+            options = {str(k): str(v) for k, v in document["options"].items()}
+            ScanOptions.parse(options)
+            return cls(table, options, StructType.fromJson(document["schema"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise TableDefinitionError(
+                f"The dynsource definition of table '{table}' at '{_url(location, table)}' is damaged ({error!r}); "
+                "register the table again with dynsource.register_table(..., replace=True)."
+            ) from None
+
+
+class TableSource(DynsourceDataSource):
+    """The source of one registered table: its stored definition, overridden by the table reference's options.
+
+    Subclasses made by :func:`table_source` set ``table`` and ``location``.
+    """
+
+    table: ClassVar[str] = ""
+    location: ClassVar[str] = ""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_PREFIX + cls.table
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.definition = read_definition(self.table, self.location)
+        super().__init__(merge_options(self.definition.options, options))
+
+    def schema(self) -> StructType:
+        return self.definition.schema
+
+
+def table_source(table: str, location: str) -> type[TableSource]:
+    """A new ``TableSource`` class for ``table`` whose definition is in the directory ``location``."""
+    # Not importable by name, so cloudpickle ships the class by value, attributes included.
+    return type(f"TableSource_{table.replace('.', '_')}", (TableSource,), {"table": table, "location": location})
+
+
+def merge_options(stored: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
+    """``stored`` updated with ``given``; keys match case-insensitively, as Spark lower-cases ``WITH`` keys."""
+    overridden = {key.lower() for key in given}
+    return {**{k: v for k, v in stored.items() if k.lower() not in overridden}, **given}
+
+
+def register_table(
+    spark: SparkSession,
+    name: str,
+    path: str,
+    *,
+    definitions: str | None = None,
+    replace: bool = False,
+    **options: Any,
+) -> TableDefinition:
+    """Create table ``name`` in Spark's catalog reading ``path`` through dynsource; plain SQL then reads it.
+
+    The schema is inferred now (as ``spark.read.parquet`` would) and stored with
+    the options, so reading the table later needs no options and lists no files
+    to learn its schema. Options of a table reference override the stored ones:
+    ``SELECT ... FROM name WITH ('dynamicFilter' = '<handle>')``.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session whose catalog gets the table. With ``enableHiveSupport()`` the
+        table outlives the session; call :func:`dynsource.register` in a new one.
+    name : str
+        ``table`` (in the current database) or ``db.table``; letters, digits and ``_``.
+    path : str
+        The table directory, as the ``path`` option of ``DynsourceDataSource``.
+    definitions : str, optional
+        fsspec directory for the definition; default ``$DYNSOURCE_DEFINITIONS``,
+        else ``<spark.sql.warehouse.dir>/_dynsource``.
+    replace : bool, default False
+        Drop an existing table of that name first; otherwise it is an error.
+    **options
+        More reader options of ``DynsourceDataSource`` (``format``, ``partitionColumns``...).
+
+    Returns
+    -------
+    TableDefinition
+        What was stored.
+
+    Examples
+    --------
+    >>> import dynsource, pyarrow as pa, pyarrow.parquet as pq, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> pq.write_to_dataset(pa.table({"price": [1.5, 2.5], "day": [1, 2]}), root, partition_cols=["day"])
+    >>> _ = dynsource.register_table(spark, "prices", path=root, definitions=tempfile.mkdtemp())
+    >>> spark.sql("SELECT price FROM prices WHERE day = 2").collect()
+    [Row(price=2.5)]
+    >>> dynsource.drop_table(spark, "prices")
+    """
+    table = qualified_name(spark, name)
+    stored = _canonical({"path": _absolute(path), **{key: str(value) for key, value in options.items()}})
+    if "dynamicFilter" in stored:
+        raise ValueError("Option 'dynamicFilter' belongs to a query, not a table: pass it with WITH (...) instead.")
+    reader = DynsourceDataSource(stored)  # validates the options before anything changes
+    exists = in_catalog(spark, table)
+    if exists and not replace:
+        raise ValueError(f"Table '{table}' already exists; pass replace=True to replace it.")
+    # Inferred in the driver, as the reader would in a Python worker, without starting one.
+    schema = reader.schema()
+    if exists:  # only now: a path whose schema cannot be inferred leaves the old table standing
+        spark.sql(f"DROP TABLE {table}")
+    definition = TableDefinition(table, stored, schema)
+    location = definitions_location(spark, definitions)
+    store.put(table + _SUFFIX, definition.to_json(), location)
+    source = _register_source(spark, table, location)
+    spark.catalog.createTable(table, source=source.name(), schema=schema)
+    return definition
+
+
+def drop_table(spark: SparkSession, name: str, *, definitions: str | None = None) -> None:
+    """Drop registered table ``name`` from the catalog and delete its definition (no error if either is gone)."""
+    table = qualified_name(spark, name)
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    _delete(_location_of(spark, table, definitions), table)
+
+
+def register_tables(spark: SparkSession, *, definitions: str | None = None) -> list[str]:
+    """Register the source of every stored table that is in the catalog; delete the definitions of the others.
+
+    Only a Hive-enabled catalog keeps tables across sessions; with the in-memory
+    catalog there is nothing to restore (and nothing is deleted, since another
+    session may be using the definitions).
+
+    Returns
+    -------
+    list of str
+        The tables whose sources were registered.
+    """
+    if spark.conf.get("spark.sql.catalogImplementation") != "hive":
+        return []
+    location = definitions_location(spark, definitions)
+    registered = []
+    for table in stored_tables(location):
+        if in_catalog(spark, table):
+            # Also when the definition is damaged: reading the table then says so instead of "source not found".
+            _register_source(spark, table, location)
+            registered.append(table)
+        else:
+            log.info("dynsource: table '%s' is no longer in the catalog; deleting its definition", table)
+            _delete(location, table)
+    return registered
+
+
+def stored_tables(location: str) -> list[str]:
+    """Qualified names of the tables with a definition in ``location``, sorted."""
+    fs, root = fsspec.core.url_to_fs(location)
+    try:
+        names = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return []
+    tables = [entry.rstrip("/").rsplit("/", 1)[-1].removesuffix(_SUFFIX) for entry in names if entry.endswith(_SUFFIX)]
+    return sorted(table for table in tables if _is_qualified(table))
+
+
+def in_catalog(spark: SparkSession, table: str) -> bool:
+    """Whether the session catalog has qualified ``table``, asked of the metastore alone.
+
+    ``spark.catalog.tableExists`` resolves the table's source, which fails before
+    it is registered and runs a Python worker after.
+    """
+    database, name = table.split(".")
+    try:
+        listed = spark.sql(f"SHOW TABLES IN {database} LIKE '{name}'").collect()
+    except AnalysisException:  # no such database
+        return False
+    return any(row.tableName == name and not row.isTemporary for row in listed)
+
+
+def load_definition(spark: SparkSession, name: str, *, definitions: str | None = None) -> TableDefinition:
+    """The stored definition of registered table ``name``.
+
+    Raises
+    ------
+    TableDefinitionError
+        There is none, or it cannot be read; the message names the table and the location.
+    """
+    table = qualified_name(spark, name)
+    return read_definition(table, _location_of(spark, table, definitions))
+
+
+def read_definition(table: str, location: str) -> TableDefinition:
+    """The definition of qualified ``table`` in the directory ``location`` (runs in Python workers too)."""
+    try:
+        blob = store.get(table + _SUFFIX, location)
+    except FileNotFoundError:
+        raise TableDefinitionError(
+            f"Table '{table}' has no dynsource definition at '{_url(location, table)}'; register it again with "
+            "dynsource.register_table(..., replace=True), or call dynsource.register(spark) with the definitions "
+            f"location it was registered with (${DEFINITIONS_ENV})."
+        ) from None
+    except OSError as error:
+        raise TableDefinitionError(
+            f"The dynsource definition of table '{table}' at '{_url(location, table)}' cannot be read: {error}"
+        ) from None
+    return TableDefinition.from_json(table, location, blob)
+
+
+def definitions_location(spark: SparkSession, definitions: str | None = None) -> str:
+    """Where definitions are stored: ``definitions``, else ``$DYNSOURCE_DEFINITIONS``, else next to the warehouse."""
+    configured = definitions or os.environ.get(DEFINITIONS_ENV)
+    if configured:
+        return configured.rstrip("/")
+    return spark.conf.get("spark.sql.warehouse.dir").rstrip("/") + "/_dynsource"
+
+
+def qualified_name(spark: SparkSession, name: str) -> str:
+    """``db.table`` in lower case (as the catalog keeps it), the current database when ``name`` has none."""
+    parts = name.strip().lower().split(".")
+    if len(parts) == 1:
+        parts.insert(0, spark.catalog.currentDatabase().lower())
+    table = ".".join(parts)
+    if not _is_qualified(table):
+        raise ValueError(f"Table name '{name}' is not valid; expected 'table' or 'db.table' of letters, digits and _.")
+    return table
+
+
+def _register_source(spark: SparkSession, table: str, location: str) -> type[TableSource]:
+    source = table_source(table, location)
+    spark.dataSource.register(source)
+    _locations[table] = location
+    return source
+
+
+def _location_of(spark: SparkSession, table: str, definitions: str | None) -> str:
+    return definitions or _locations.get(table) or definitions_location(spark)
+
+
+def _delete(location: str, table: str) -> None:
+    fs, root = fsspec.core.url_to_fs(location)
+    target = f"{root.rstrip('/')}/{table}{_SUFFIX}"
+    if fs.exists(target):
+        fs.rm(target)
+
+
+def _canonical(options: Mapping[str, str]) -> dict[str, str]:
+    # Stored under their documented names, so that a lookup such as options["path"] needs no case folding.
+    names = {field.name.lower(): field.name for field in dataclasses.fields(ScanOptions)}
+    return {names.get(key.lower(), key): value for key, value in options.items()}
+
+
+def _absolute(path: str) -> str:
+    # Later sessions and their workers may run in another directory than the one registering the table.
+    return path if "://" in path or path.startswith("file:") else os.path.abspath(path)
+
+
+def _is_qualified(table: str) -> bool:
+    parts = table.split(".")
+    return len(parts) == 2 and all(_NAME.match(part) for part in parts)
+
+
+def _url(location: str, table: str) -> str:
+    return f"{location}/{table}{_SUFFIX}"
