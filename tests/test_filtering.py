@@ -1125,6 +1125,34 @@ def spark_equal(left, right, null_safe: bool) -> bool:
     return left == right if null_safe else left is not None and left == right
 
 
+_POSITION = {"k": 0, "s": 1}
+
+
+def candidate_table(candidates, columns, key_type) -> pa.Table:
+    """The (k, s) candidates as a table of ``columns``, k typed as ``key_type`` (strings zero-padded: '+0001')."""
+
+    def column(name):
+        values = [row[_POSITION[name]] for row in candidates]
+        if name == "s":
+            return pa.array(values, pa.string())
+        if pa.types.is_string(key_type):
+            return pa.array([None if v is None else f"{v:+05d}" for v in values], pa.string())
+        return pa.array(
+            [None if v is None else (Decimal(v) if pa.types.is_decimal(key_type) else v) for v in values],
+            key_type,
+        )
+
+    return pa.table({name: column(name) for name in columns})
+
+
+def equals_some_row(candidate, rows, columns, null_safe) -> bool:
+    """Whether Spark's join would match ``candidate`` with one of ``rows`` on ``columns``."""
+    usable = rows if null_safe else [row for row in rows if None not in row]
+    return any(
+        all(spark_equal(candidate[_POSITION[c]], row[_POSITION[c]], null_safe) for c in columns) for row in usable
+    )
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     rows=ROWS,
@@ -1139,27 +1167,10 @@ def test_property_mask_never_prunes_a_matching_candidate(rows, others, null_safe
     filter_data = DynamicFilteringData([("k", "int"), ("s", "string")], rows, null_safe=null_safe)
     chosen = data.draw(st.lists(st.sampled_from(rows), max_size=10)) if rows else []
     candidates = chosen + others
-    position = {"k": 0, "s": 1}
 
-    def column(name):
-        values = [row[position[name]] for row in candidates]
-        if name == "s":
-            return pa.array(values, pa.string())
-        if pa.types.is_string(key_type):
-            return pa.array([None if v is None else f"{v:+05d}" for v in values], pa.string())
-        return pa.array(
-            [None if v is None else (Decimal(v) if pa.types.is_decimal(key_type) else v) for v in values],
-            key_type,
-        )
-
-    result = filter_data.matching_mask(pa.table({name: column(name) for name in columns})).to_pylist()
-    usable = rows if null_safe else [row for row in rows if None not in row]
+    result = filter_data.matching_mask(candidate_table(candidates, columns, key_type)).to_pylist()
     for candidate, kept in zip(candidates, result, strict=True):
-        expected = any(
-            all(spark_equal(candidate[position[c]], row[position[c]], null_safe) for c in columns)
-            for row in usable
-        )
-        if expected:
+        if equals_some_row(candidate, rows, columns, null_safe):
             assert kept, (candidate, columns)
         elif not pa.types.is_string(key_type):
             assert not kept, (candidate, columns)
@@ -1188,24 +1199,8 @@ def test_property_bloom_and_range_never_lose_a_key(rows, others, null_safe, kind
     summary = (bloom_of if kind == "bloom" else range_of)([("k", "int"), ("s", "string")], rows, null_safe=null_safe)
     chosen = data.draw(st.lists(st.sampled_from(rows), max_size=10)) if rows else []
     candidates = chosen + others
-    position = {"k": 0, "s": 1}
 
-    def column(name):
-        values = [row[position[name]] for row in candidates]
-        if name == "s":
-            return pa.array(values, pa.string())
-        if pa.types.is_string(key_type):
-            return pa.array([None if v is None else f"{v:+05d}" for v in values], pa.string())
-        return pa.array(
-            [None if v is None else (Decimal(v) if pa.types.is_decimal(key_type) else v) for v in values],
-            key_type,
-        )
-
-    result = summary.matching_mask(pa.table({name: column(name) for name in columns})).to_pylist()
-    usable = rows if null_safe else [row for row in rows if None not in row]
+    result = summary.matching_mask(candidate_table(candidates, columns, key_type)).to_pylist()
     for candidate, kept in zip(candidates, result, strict=True):
-        expected = any(
-            all(spark_equal(candidate[position[c]], row[position[c]], null_safe) for c in columns) for row in usable
-        )
-        if expected:
+        if equals_some_row(candidate, rows, columns, null_safe):
             assert kept, (candidate, columns)
