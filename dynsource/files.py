@@ -40,20 +40,17 @@ def file_schema(path: str, fs: pafs.FileSystem, format_name: str) -> pa.Schema:
     """The Arrow schema of one data file, with Parquet INT96 columns typed as Spark reads them."""
     try:
         if format_name == "json":
-            schema = _read_json(path, fs).schema
-        else:
-            schema = file_format(format_name).make_fragment(path, filesystem=fs).physical_schema
+            return _read_json(path, fs).schema
+        fragment = file_format(format_name).make_fragment(path, filesystem=fs)
+        schema = fragment.physical_schema
+        # The fragment has read the footer for its schema: reuse it rather than open the file again.
+        return _int96_as_instants(fragment.metadata.schema, schema) if format_name == "parquet" else schema
     except (OSError, pa.ArrowException) as error:
         raise ValueError(f"Cannot read the schema of data file '{path}' as {format_name}: {error}") from None
-    if format_name == "parquet":
-        schema = _int96_as_instants(path, fs, schema)
-    return schema
 
 
-def _int96_as_instants(path: str, fs: pafs.FileSystem, schema: pa.Schema) -> pa.Schema:
+def _int96_as_instants(parquet_schema: pq.ParquetSchema, schema: pa.Schema) -> pa.Schema:
     # INT96 carries no time-zone flag, but Spark reads it as an instant (timestamp, not timestamp_ntz).
-    with fs.open_input_file(path) as handle:
-        parquet_schema = pq.ParquetFile(handle).schema
     columns = [parquet_schema.column(i) for i in range(len(parquet_schema))]
     int96 = {column.path for column in columns if column.physical_type == "INT96"}
     for index, arrow_field in enumerate(schema):
