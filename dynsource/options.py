@@ -11,8 +11,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from dynsource import storage, store
 from dynsource.partitions import parse_ddl
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
+from dynsource.storage import StorageOptions
 
 FORMATS = ("parquet", "orc", "csv", "json")
 ON_ERROR = ("fallback", "fail")
@@ -43,6 +45,8 @@ class ScanOptions:
     timeZone: str | None = None
     rowFilterMaxKeys: int = DEFAULT_ROW_FILTER_MAX_KEYS
     dynamicFilterWaitMs: int = DEFAULT_WAIT_MS
+    storageOptions: StorageOptions = storage.NO_OPTIONS
+    filterStoreOptions: StorageOptions | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -59,6 +63,16 @@ class ScanOptions:
         if not path:
             raise ValueError("Option 'path' is required: the fsspec URL or local path of the table directory.")
         return cls(path=path, **{name: _PARSERS[name](name, value) for name, value in given.items()})
+
+    @property
+    def store_options(self) -> StorageOptions:
+        """Storage options of the filter store: ``filterStoreOptions``, else ``storageOptions`` when the store is
+        on the table's kind of filesystem (an ``s3://`` store beside an ``s3://`` table), else none."""
+        if self.filterStoreOptions is not None:
+            return self.filterStoreOptions
+        if storage.same_protocol(self.filterStore or store.default_store(), self.path):
+            return self.storageOptions
+        return storage.NO_OPTIONS
 
 
 def _choice(allowed: tuple[str, ...]):
@@ -136,4 +150,6 @@ _PARSERS = {
     "timeZone": _time_zone,
     "rowFilterMaxKeys": _non_negative_int,
     "dynamicFilterWaitMs": _non_negative_int,
+    "storageOptions": StorageOptions.parse,
+    "filterStoreOptions": StorageOptions.parse,
 }

@@ -9,25 +9,46 @@ A handle can be reserved before its filter exists (``collect(..., wait=False)``)
 the store then holds a *pending* marker, and readers wait for the payload up to
 a timeout. A collector that fails leaves a *failed* marker with the reason, so
 readers stop waiting at once and report why.
+
+Every successful :func:`resolve` (the planner's, and each executor process's)
+renews a *lease*: it rewrites ``<handle>.lease``. :func:`expire` removes a
+handle only when nothing of it (payload, markers, lease, scan report) changed
+for ``older_than`` and its lease is older than ``LEASE_SECONDS``, so a handle a
+query is planning or reading with stays. A reader that starts in the instant
+``expire`` deletes a handle finds it missing and reads unfiltered (WARNING).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
+import logging
 import os
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import fsspec
 
+from dynsource import storage
 from dynsource.filtering import DynamicFilteringData
 
 STORE_ENV = "DYNSOURCE_FILTER_STORE"
 _HANDLE = re.compile(r"^dynf-[0-9a-f]{32}$")
-_PAYLOAD, _PENDING, _FAILED = ".dynf", ".pending", ".failed"
+_PAYLOAD, _PENDING, _FAILED, _LEASE = ".dynf", ".pending", ".failed", ".lease"
+# dynsource.report saves a handle's scan report as reports/<handle>.json and its task figures below reports/<handle>/.
+REPORTS = "reports"
+# A resolve protects its handle from expire() this long: longer than planning plus the read tasks of a query.
+LEASE_SECONDS = 3600.0
+_STORED = re.compile(r"^(dynf-[0-9a-f]{32})(\.|$)")  # an entry of a handle: '<handle>.<suffix>', or its report dir
 _POLL_SECONDS = (0.02, 0.5)  # first and longest pause between looks at a pending handle
+Options = Mapping[str, Any] | None  # fsspec storage options of the store
+
+log = logging.getLogger(__name__)
 
 
 class FilterFailedError(RuntimeError):
@@ -47,26 +68,33 @@ def default_store() -> str:
     return str(Path(cache) / "dynsource" / "filters")
 
 
-def reserve(store: str | None = None) -> str:
+def reserve(store: str | None = None, *, storage_options: Options = None) -> str:
     """A new handle whose filter will be published later; readers wait for it."""
     handle = _new_handle()
-    put(f"{handle}{_PENDING}", b"", store)
+    put(f"{handle}{_PENDING}", b"", store, storage_options=storage_options)
     return handle
 
 
-def publish(data: DynamicFilteringData, store: str | None = None, *, handle: str | None = None) -> str:
-    """Write ``data`` to the store atomically and return its handle (new, or the reserved ``handle``)."""
+def publish(
+    data: DynamicFilteringData, store: str | None = None, *, handle: str | None = None, storage_options: Options = None
+) -> str:
+    """Write ``data`` to the store atomically and return its handle (new, or the reserved ``handle``).
+
+    ``storage_options`` are the fsspec options of the store (credentials, endpoint), as ``filterStoreOptions``.
+    """
     handle = _new_handle() if handle is None else _checked(handle)
-    put(f"{handle}{_PAYLOAD}", data.to_bytes(), store)
+    put(f"{handle}{_PAYLOAD}", data.to_bytes(), store, storage_options=storage_options)
     return handle
 
 
-def publish_failure(handle: str, reason: str, store: str | None = None) -> None:
+def publish_failure(handle: str, reason: str, store: str | None = None, *, storage_options: Options = None) -> None:
     """Record that the filter of reserved ``handle`` will never come, and why."""
-    put(f"{_checked(handle)}{_FAILED}", json.dumps({"reason": reason}).encode(), store)
+    put(f"{_checked(handle)}{_FAILED}", json.dumps({"reason": reason}).encode(), store, storage_options=storage_options)
 
 
-def resolve(handle: str, store: str | None = None, *, wait_ms: int = 0) -> DynamicFilteringData:
+def resolve(
+    handle: str, store: str | None = None, *, wait_ms: int = 0, storage_options: Options = None
+) -> DynamicFilteringData:
     """Load the payload published under ``handle``, waiting up to ``wait_ms`` for a reserved one.
 
     Raises
@@ -85,11 +113,14 @@ def resolve(handle: str, store: str | None = None, *, wait_ms: int = 0) -> Dynam
     pause = _POLL_SECONDS[0]
     while True:
         try:
-            return DynamicFilteringData.from_bytes(get(f"{handle}{_PAYLOAD}", store))
+            data = DynamicFilteringData.from_bytes(get(f"{handle}{_PAYLOAD}", store, storage_options=storage_options))
         except FileNotFoundError:
             pass
-        _raise_if_failed(handle, store)
-        if not exists(f"{handle}{_PENDING}", store):
+        else:
+            _renew_lease(handle, store, storage_options)
+            return data
+        _raise_if_failed(handle, store, storage_options)
+        if not exists(f"{handle}{_PENDING}", store, storage_options=storage_options):
             raise LookupError(
                 f"Dynamic filter handle '{handle}' was never published in filter store '{store or default_store()}'."
             )
@@ -107,9 +138,41 @@ def validate_handle(handle: str) -> None:
     _checked(handle)
 
 
-def put(name: str, blob: bytes, store: str | None = None) -> None:
+def expire(older_than: dt.timedelta | float, store: str | None = None, *, storage_options: Options = None) -> list[str]:
+    """Remove the handles unused for ``older_than`` (a timedelta or seconds); return the removed handles.
+
+    A handle goes with everything stored under it: payload, pending and failed
+    markers, lease, leftover temporary files and saved scan reports. It is kept
+    while anything of it is younger than ``older_than``, and while it is leased:
+    resolved within the last ``LEASE_SECONDS`` by a query's planning or read tasks.
+    Entries whose names are not handles are never touched.
+
+    Raises
+    ------
+    ValueError
+        ``older_than`` is not a non-negative timedelta or number of seconds.
+    """
+    now = time.time()
+    cutoff, lease_cutoff = now - _seconds(older_than), now - LEASE_SECONDS
+    fs, root = _open(store, storage_options)
+    removed = []
+    for handle, paths in sorted(_stored_handles(fs, root).items()):
+        times = {path: _modified(fs, path) for path in paths if fs.isfile(path)}
+        lease = times.get(f"{root}/{handle}{_LEASE}")
+        if (lease is not None and lease > lease_cutoff) or any(stamp > cutoff for stamp in times.values()):
+            continue
+        # The lease goes last: until the payload is gone, a concurrent expire() still finds the handle.
+        for path in sorted(paths, key=lambda path: path.endswith(_LEASE)):
+            with contextlib.suppress(FileNotFoundError):  # a concurrent expire() got there first
+                fs.rm(path, recursive=True)
+        removed.append(handle)
+    return removed
+
+
+def put(name: str, blob: bytes, store: str | None = None, *, storage_options: Options = None) -> None:
     """Write ``blob`` as ``name`` in the store: a temporary file renamed into place."""
-    fs, root = _open(store)
+    _check_name(name)
+    fs, root = _open(store, storage_options)
     final = f"{root}/{name}"
     fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
     temporary = f"{final}.{uuid.uuid4().hex}.tmp"
@@ -118,24 +181,73 @@ def put(name: str, blob: bytes, store: str | None = None) -> None:
     fs.mv(temporary, final)
 
 
-def get(name: str, store: str | None = None) -> bytes:
+def get(name: str, store: str | None = None, *, storage_options: Options = None) -> bytes:
     """The bytes stored as ``name``; ``FileNotFoundError`` when there are none."""
-    fs, root = _open(store)
+    _check_name(name)
+    fs, root = _open(store, storage_options)
     with fs.open(f"{root}/{name}", "rb") as stored:
         return stored.read()
 
 
-def exists(name: str, store: str | None = None) -> bool:
-    fs, root = _open(store)
+def exists(name: str, store: str | None = None, *, storage_options: Options = None) -> bool:
+    _check_name(name)
+    fs, root = _open(store, storage_options)
     return fs.exists(f"{root}/{name}")
 
 
-def _raise_if_failed(handle: str, store: str | None) -> None:
+def _raise_if_failed(handle: str, store: str | None, storage_options: Options) -> None:
     try:
-        failure = json.loads(get(f"{handle}{_FAILED}", store))
+        failure = json.loads(get(f"{handle}{_FAILED}", store, storage_options=storage_options))
     except FileNotFoundError:
         return
     raise FilterFailedError(f"The collector of dynamic filter handle '{handle}' failed: {failure.get('reason')}")
+
+
+def _renew_lease(handle: str, store: str | None, storage_options: Options) -> None:
+    try:
+        put(f"{handle}{_LEASE}", json.dumps({"resolved_at": time.time()}).encode(), store,
+            storage_options=storage_options)
+    except OSError as error:  # a read-only store still serves payloads; only expire() could cut this reader short
+        log.warning("dynsource: could not renew the lease of dynamic filter '%s': %s", handle, error)
+
+
+def _stored_handles(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, list[str]]:
+    """The store's entries by the handle they belong to: its top-level files and its scan reports."""
+    stored: dict[str, list[str]] = {}
+    for directory in (root, f"{root}/{REPORTS}"):
+        try:
+            paths = fs.ls(directory, detail=False)
+        except FileNotFoundError:
+            continue
+        for path in paths:
+            match = _STORED.match(path.rstrip("/").rsplit("/", 1)[-1])
+            if match:
+                stored.setdefault(match.group(1), []).append(path.rstrip("/"))
+    return stored
+
+
+def _modified(fs: fsspec.AbstractFileSystem, path: str) -> float:
+    stamp = fs.modified(path)
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def _seconds(older_than: dt.timedelta | float) -> float:
+    seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
+        raise ValueError(
+            f"older_than = {older_than!r} is not valid; "
+            "expected a non-negative datetime.timedelta or number of seconds."
+        )
+    return float(seconds)
+
+
+def _check_name(name: str) -> None:
+    # Names come from handles and table names: none may climb out of the store's root or start at another one.
+    if name.startswith("/") or "\\" in name or any(part in ("", ".", "..") for part in name.split("/")):
+        raise ValueError(
+            f"Filter store entry {name!r} is not a relative name inside the store; expected a handle "
+            "('dynf-' + 32 hex digits) with a suffix, no '..' and no absolute path."
+        )
 
 
 def _new_handle() -> str:
@@ -145,12 +257,13 @@ def _new_handle() -> str:
 def _checked(handle: str) -> str:
     if not isinstance(handle, str) or not _HANDLE.match(handle):
         raise ValueError(
-            f"Option 'dynamicFilter' = {handle!r} is not a dynsource filter handle; "
-            "expected the string returned by dynsource.publish() or dynsource.collect() ('dynf-' + 32 hex digits)."
+            f"Dynamic filter handle {handle!r} (option 'dynamicFilter' or a handle argument) is not a dynsource "
+            "filter handle; expected 'dynf-' followed by 32 lowercase hex digits, as returned by "
+            "dynsource.collect(), publish() or reserve()."
         )
     return handle
 
 
-def _open(store: str | None) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, root = fsspec.core.url_to_fs(store or default_store())
+def _open(store: str | None, storage_options: Options = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, root = storage.filesystem(store or default_store(), storage_options)
     return fs, root.rstrip("/")

@@ -1,0 +1,105 @@
+"""Storage options: the fsspec keyword arguments (credentials, endpoint, region...) of a table or a filter store.
+
+They are what fsspec calls ``storage_options``, e.g. for s3fs
+``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``. Reader
+options are strings, so the reader takes them as a JSON object. They often hold
+secrets: :class:`StorageOptions` never shows the values of secret-looking keys
+in its ``repr``, and nothing here puts an option's text in an error message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import fsspec
+
+_SECRET_WORDS = ("key", "secret", "token", "password", "credential")
+_MASK = "***"
+
+
+class StorageOptions(Mapping[str, Any]):
+    """An immutable, hashable mapping of fsspec storage options whose ``repr`` masks secrets.
+
+    Hashable so that a worker can cache what it resolved per (store, options).
+    """
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self._options = dict(options or {})
+        self._json = json.dumps(self._options, sort_keys=True, default=str)
+
+    @classmethod
+    def parse(cls, name: str, text: str | Mapping[str, Any] | None) -> StorageOptions:
+        """Options from a JSON object (as reader options are strings) or a mapping; errors name option ``name``."""
+        if text is None or isinstance(text, Mapping):
+            return cls(text)
+        if not str(text).strip():
+            return cls()
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            # The position only: the text may hold credentials.
+            raise ValueError(
+                f"Option '{name}' is not valid JSON ({error.msg} at character {error.pos}); expected a JSON object "
+                'of fsspec storage options, e.g. {"key": "...", "secret": "...", '
+                '"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}.'
+            ) from None
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"Option '{name}' is a JSON {type(value).__name__}, not an object; expected a JSON object of fsspec "
+                "storage options (keyword arguments of the filesystem)."
+            )
+        return cls(value)
+
+    def to_json(self) -> str:
+        return self._json
+
+    def __getitem__(self, key: str) -> Any:
+        return self._options[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._options)
+
+    def __len__(self) -> int:
+        return len(self._options)
+
+    def __hash__(self) -> int:
+        return hash(self._json)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"StorageOptions({masked(self._options)!r})"
+
+
+NO_OPTIONS = StorageOptions()
+
+
+def masked(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the values of secret-looking keys (key, secret, token, password...) replaced by ``***``."""
+    return {
+        name: _MASK if _is_secret(name) else masked(value) if isinstance(value, Mapping) else value
+        for name, value in options.items()
+    }
+
+
+def filesystem(url: str, options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem of ``url`` opened with ``options``, and the path inside it."""
+    return fsspec.core.url_to_fs(url, **dict(options or {}))
+
+
+def same_protocol(url: str, other: str) -> bool:
+    """Whether two URLs (or local paths) are on the same kind of filesystem, e.g. both ``s3://``."""
+    return _protocol(url) == _protocol(other)
+
+
+def _protocol(url: str) -> str:
+    protocol, _ = fsspec.core.split_protocol(url)
+    return "file" if protocol in (None, "file", "local") else protocol
+
+
+def _is_secret(name: str) -> bool:
+    lowered = str(name).lower()
+    return any(word in lowered for word in _SECRET_WORDS)
