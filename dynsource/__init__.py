@@ -11,7 +11,7 @@ from dynsource.filtering import DynamicFilteringData
 from dynsource.join import dynamic_join
 from dynsource.report import ScanReport, scan_report
 from dynsource.source import DynsourceDataSource
-from dynsource.store import publish, resolve
+from dynsource.store import expire, publish, resolve
 
 __all__ = [
     "DynamicFilteringData",
@@ -21,6 +21,7 @@ __all__ = [
     "collect_data",
     "drop_table",
     "dynamic_join",
+    "expire",
     "publish",
     "register",
     "register_table",

@@ -291,6 +291,7 @@ class DynamicFilteringData:
         self._key_count = 0
         self._row_set: frozenset[tuple[Any, ...]] | None = None
         self._matchable: pa.Table | None = None
+        self._digest: str | None = None
 
     def _set_rows(self, table: pa.Table) -> None:
         self._table = _distinct(_normalize_floats(table))
@@ -335,6 +336,13 @@ class DynamicFilteringData:
         if self._bloom is not None:
             return _bits_bytes(self._bloom.num_bits)
         return (self._table if self._bounds is None else self._bounds).nbytes
+
+    @property
+    def digest(self) -> str:
+        """The SHA-256 (hex) that ends the payload's wire format: it tells one published payload from another."""
+        if self._digest is None:
+            self._digest = self.to_bytes()[-_DIGEST_BYTES:].hex()
+        return self._digest
 
     @property
     def exceed_threshold(self) -> bool:
@@ -528,8 +536,11 @@ class DynamicFilteringData:
         """Load :meth:`to_bytes` output; any damage or foreign input raises ``ValueError``.
 
         Only JSON, Arrow IPC and a bit array are parsed: nothing in the blob is
-        imported or run. A Bloom filter's sizing is checked against its body's
-        length before its bits are allocated.
+        imported or run. Sizes are checked before anything is allocated for
+        them: a Bloom filter's sizing against its body's length, an exact
+        filter's row count against what its body can hold, and each Arrow record
+        batch's row count against the header's before it is decoded (compressed
+        Arrow bodies, which could inflate far beyond the blob, are refused).
         """
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise TypeError(f"A dynsource filter payload is bytes, not {type(blob).__name__}.")
@@ -540,16 +551,23 @@ class DynamicFilteringData:
         _check_length(blob, body_start, header["body_length"])
         _check_digest(blob)
         body = blob[body_start : body_start + header["body_length"]]
+        data = cls._from_body(header, body)
+        data._digest = blob[-_DIGEST_BYTES:].hex()
+        return data
+
+    @classmethod
+    def _from_body(cls, header: dict[str, Any], body: bytes) -> DynamicFilteringData:
         fields, count, null_safe = header["fields"], header["row_count"], header["null_safe"]
         if header["kind"] == "bloom":
             capacity, fpp = header["bloom"]["capacity"], header["bloom"]["fpp"]
             return cls.from_bloom(fields, bloom_from_bits(capacity, fpp, body), key_count=count, null_safe=null_safe)
-        table = _read_body(body, fields)
         if header["kind"] == "range":
+            table = _read_body(body, fields, 2, "range bounds are 2 rows")
             if table.num_rows != 2:
                 raise ValueError(f"Filter payload body holds {table.num_rows} rows, but range bounds are 2 rows.")
             lower, upper = _row_tuples(table)
             return cls.from_bounds(fields, lower, upper, key_count=count, null_safe=null_safe)
+        table = _read_body(body, fields, count, f"its header declares {count} rows")
         _check_rows(header, table)
         return cls.from_table(fields, table, exceed_threshold=header["exceed_threshold"], null_safe=null_safe)
 
@@ -1244,6 +1262,12 @@ def _parse_header(raw: bytes) -> dict[str, Any]:
             raise ValueError(f"Filter payload header key '{key}' must be {description}, got {value!r}.")
     if header["exceed_threshold"] and header["kind"] != "exact":
         raise ValueError(f"Filter payload of kind '{header['kind']}' cannot be marked exceeded.")
+    if header["kind"] == "exact" and header["row_count"] > 8 * header["body_length"]:
+        # Every row takes at least one bit of an uncompressed Arrow body.
+        raise ValueError(
+            f"Filter payload header declares {header['row_count']} rows, more than its "
+            f"{header['body_length']}-byte body can hold (at most {8 * header['body_length']})."
+        )
     try:
         header["fields"] = _check_fields(header["fields"])
     except ValueError as error:
@@ -1292,24 +1316,77 @@ def _check_digest(blob: bytes) -> None:
         raise ValueError("Filter payload checksum mismatch: the payload is corrupted or was modified.")
 
 
-def _read_body(body: bytes, fields: Sequence[tuple[str, str]]) -> pa.Table:
+def _read_body(body: bytes, fields: Sequence[tuple[str, str]], max_rows: int, limit: str) -> pa.Table:
+    """The body's rows, read message by message: each batch's size is checked (``max_rows``) before it is decoded."""
+    expected = _schema(fields)
     try:
-        with pa.ipc.open_stream(pa.py_buffer(body)) as reader:
-            table = reader.read_all()
+        messages = pa.ipc.MessageReader.open_stream(pa.py_buffer(body))
+        schema = pa.ipc.read_schema(messages.read_next_message())
+        _check_body_schema(schema, expected)
+        batches, rows = [], 0
+        for message in messages:
+            if message.type != "record batch":
+                raise ValueError(f"Filter payload body holds a '{message.type}' message; a filter writes none.")
+            length, compressed = _batch_shape(message.metadata.to_pybytes())
+            if compressed:
+                raise ValueError("Filter payload body is compressed; a filter writes uncompressed Arrow data.")
+            rows += length
+            if rows > max_rows:
+                raise ValueError(f"Filter payload body holds {rows} rows, but {limit}.")
+            batches.append(pa.ipc.read_record_batch(message, schema))
+        table = pa.Table.from_batches(batches, schema)
         # Full validation: offsets pointing outside the buffers would otherwise crash later kernels.
         table.validate(full=True)
-    except (pa.ArrowException, OSError) as error:
-        raise ValueError(f"Filter payload body is not a readable Arrow IPC stream: {error}") from error
-    expected = _schema(fields)
-    if table.schema.equals(expected) and not table.schema.equals(expected, check_metadata=True):
+    except (pa.ArrowException, OSError, StopIteration) as error:
+        raise ValueError(f"Filter payload body is not a readable Arrow IPC stream: {error!r}") from error
+    return table
+
+
+def _check_body_schema(schema: pa.Schema, expected: pa.Schema) -> None:
+    if schema.equals(expected) and not schema.equals(expected, check_metadata=True):
         # Extension types travel as field metadata; a filter never writes any.
         raise ValueError("Filter payload body schema carries metadata (such as an extension type).")
-    if not table.schema.equals(expected):
+    if not schema.equals(expected):
         raise ValueError(
-            f"Filter payload body schema ({_describe(table.schema)}) does not match the declared fields "
+            f"Filter payload body schema ({_describe(schema)}) does not match the declared fields "
             f"({_describe(expected)})."
         )
-    return table
+
+
+def _batch_shape(metadata: bytes) -> tuple[int, bool]:
+    """Row count of an Arrow IPC record batch message, and whether its body is compressed, from its flatbuffer.
+
+    pyarrow decodes (and decompresses) a batch before telling its length, so the
+    few fields needed are read here: Message.header (field 2) is the RecordBatch
+    table, whose field 0 is ``length`` and field 3 ``compression``.
+    """
+    root = _flatbuffer_int(metadata, "<I", 0)
+    header = _flatbuffer_field(metadata, root, 2)
+    if header is None:
+        raise ValueError("Filter payload body has a record batch message without a header.")
+    batch = header + _flatbuffer_int(metadata, "<I", header)
+    length = _flatbuffer_field(metadata, batch, 0)
+    rows = 0 if length is None else _flatbuffer_int(metadata, "<q", length)
+    if rows < 0:
+        raise ValueError(f"Filter payload body has a record batch of {rows} rows.")
+    return rows, _flatbuffer_field(metadata, batch, 3) is not None
+
+
+def _flatbuffer_field(buffer: bytes, table: int, index: int) -> int | None:
+    """Where field ``index`` of the flatbuffer table at ``table`` lies, or None when the field is absent."""
+    vtable = table - _flatbuffer_int(buffer, "<i", table)
+    slot = 4 + 2 * index
+    if slot + 2 > _flatbuffer_int(buffer, "<H", vtable):
+        return None
+    offset = _flatbuffer_int(buffer, "<H", vtable + slot)
+    return table + offset if offset else None
+
+
+def _flatbuffer_int(buffer: bytes, layout: str, position: int) -> int:
+    size = struct.calcsize(layout)
+    if not 0 <= position <= len(buffer) - size:
+        raise ValueError("Filter payload body has a malformed Arrow message header (an offset out of bounds).")
+    return struct.unpack_from(layout, buffer, position)[0]
 
 
 def _describe(schema: pa.Schema) -> str:

@@ -38,7 +38,7 @@ from dynsource import storage
 from dynsource.filtering import DynamicFilteringData
 
 STORE_ENV = "DYNSOURCE_FILTER_STORE"
-_HANDLE = re.compile(r"^dynf-[0-9a-f]{32}$")
+_HANDLE = re.compile(r"dynf-[0-9a-f]{32}")  # fullmatch: "$" would also allow a final newline
 _PAYLOAD, _PENDING, _FAILED, _LEASE = ".dynf", ".pending", ".failed", ".lease"
 # dynsource.report saves a handle's scan report as reports/<handle>.json and its task figures below reports/<handle>/.
 REPORTS = "reports"
@@ -155,6 +155,7 @@ def expire(older_than: dt.timedelta | float, store: str | None = None, *, storag
     now = time.time()
     cutoff, lease_cutoff = now - _seconds(older_than), now - LEASE_SECONDS
     fs, root = _open(store, storage_options)
+    fs.invalidate_cache()  # a listing cached by this process (s3fs) would hide new handles and leases
     removed = []
     for handle, paths in sorted(_stored_handles(fs, root).items()):
         times = {path: _modified(fs, path) for path in paths if fs.isfile(path)}
@@ -255,7 +256,7 @@ def _new_handle() -> str:
 
 
 def _checked(handle: str) -> str:
-    if not isinstance(handle, str) or not _HANDLE.match(handle):
+    if not isinstance(handle, str) or not _HANDLE.fullmatch(handle):
         raise ValueError(
             f"Dynamic filter handle {handle!r} (option 'dynamicFilter' or a handle argument) is not a dynsource "
             "filter handle; expected 'dynf-' followed by 32 lowercase hex digits, as returned by "

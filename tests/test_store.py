@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import threading
 import time
 import uuid
 
 import pytest
 
-from dynsource import store
+import dynsource
+from dynsource import report, store
 from dynsource.filtering import DynamicFilteringData
 
 DATA = DynamicFilteringData([("k", "int")], [(1,), (2,)])
@@ -77,3 +80,108 @@ def test_failed_publisher_stops_the_wait_with_its_reason(location):
     with pytest.raises(store.FilterFailedError, match="boom"):
         store.resolve(handle, location, wait_ms=30_000)
     assert time.monotonic() - started < 10
+
+
+# --- handles and names never leave the store ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("handle", ["../dynf-" + "0" * 32, "dynf-" + "0" * 32 + "/../../x", "/tmp/dynf-" + "0" * 32,
+                                    "DYNF-" + "A" * 32, "dynf-" + "0" * 32 + "\n", 42])
+def test_every_entry_point_rejects_a_malformed_handle_naming_it_and_the_expected_form(handle, location):
+    entry_points = [
+        lambda: store.resolve(handle, location),
+        lambda: store.publish(DATA, location, handle=handle),
+        lambda: store.publish_failure(handle, "reason", location),
+        lambda: dynsource.scan_report(handle, location),
+    ]
+    for call in entry_points:
+        with pytest.raises(ValueError, match="is not a dynsource filter handle") as error:
+            call()
+        assert repr(handle) in str(error.value) and "'dynf-' followed by 32 lowercase hex digits" in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["../outside.dynf", "reports/../../outside.json", "/etc/passwd", "a//b", "./x",
+                                  "a\\..\\b"])
+def test_store_entries_cannot_escape_the_store_root(name, tmp_path):
+    inside = tmp_path / "store"
+    for call in (lambda: store.put(name, b"x", str(inside)), lambda: store.get(name, str(inside)),
+                 lambda: store.exists(name, str(inside))):
+        with pytest.raises(ValueError, match="not a relative name inside the store"):
+            call()
+    assert not (tmp_path / "outside.dynf").exists() and not (tmp_path / "outside.json").exists()
+
+
+# --- leases and expire --------------------------------------------------------------------------------
+
+
+def age(path, days: float) -> None:
+    """Set the modification time of ``path`` ``days`` back."""
+    stamp = time.time() - days * 86400
+    os.utime(path, (stamp, stamp))
+
+
+def handle_entries(root, handle) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*") if handle in str(path))
+
+
+def test_resolve_renews_the_handles_lease(tmp_path):
+    handle = store.publish(DATA, str(tmp_path))
+    assert not (tmp_path / f"{handle}.lease").exists()
+    store.resolve(handle, str(tmp_path))
+    lease = tmp_path / f"{handle}.lease"
+    age(lease, 1)
+    store.resolve(handle, str(tmp_path))
+    assert time.time() - lease.stat().st_mtime < 3600
+
+
+def test_expire_removes_old_unused_handles_with_everything_stored_under_them(tmp_path):
+    root = str(tmp_path)
+    old, fresh, leased_long_ago = (store.publish(DATA, root) for _ in range(3))
+    pending_old = store.reserve(root)
+    failed_old = store.reserve(root)
+    store.publish_failure(failed_old, "boom", root)
+    store.resolve(leased_long_ago, root)
+    report.save_task(old, "scan1", 0, report.ReadCounts(rows_read=3), root)
+    store.put(f"reports/{old}.json", b"{}", root)
+    (tmp_path / f"{old}.dynf.{uuid.uuid4().hex}.tmp").write_bytes(b"torn")  # a writer that crashed mid-put
+    (tmp_path / "not-a-handle.dynf").write_bytes(b"kept")
+    for path in tmp_path.rglob("*"):
+        if fresh not in str(path):
+            age(path, 8)
+    assert len(handle_entries(tmp_path, old)) == 6  # payload, temporary file, report, its directories and task file
+    removed = dynsource.expire(older_than=dt.timedelta(days=7), store=root)
+    assert removed == sorted([old, pending_old, failed_old, leased_long_ago])
+    for handle in removed:
+        assert handle_entries(tmp_path, handle) == []
+    assert store.resolve(fresh, root) == DATA
+    assert (tmp_path / "not-a-handle.dynf").read_bytes() == b"kept"
+    assert dynsource.expire(older_than=7 * 86400, store=root) == []
+
+
+def test_expire_keeps_a_leased_handle_however_old_its_payload(tmp_path):
+    root = str(tmp_path)
+    in_use, unused = store.publish(DATA, root), store.publish(DATA, root)
+    age(tmp_path / f"{unused}.dynf", 30)
+    age(tmp_path / f"{in_use}.dynf", 30)
+    store.resolve(in_use, root)  # a reader: planning, or a read task in an executor
+    assert store.expire(0, root) == [unused]
+    assert store.resolve(in_use, root) == DATA
+    with pytest.raises(LookupError, match="never published"):
+        store.resolve(unused, root)
+
+
+def test_expire_on_an_in_memory_store(location):
+    leased, unused = store.publish(DATA, location), store.publish(DATA, location)
+    store.resolve(leased, location)
+    assert store.expire(dt.timedelta(0), location) == [unused]
+    assert store.resolve(leased, location) == DATA
+
+
+def test_expire_of_a_store_that_does_not_exist_removes_nothing(tmp_path):
+    assert store.expire(0, str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize("older_than", [-1, dt.timedelta(seconds=-5), "7d", True, float("nan"), None])
+def test_expire_rejects_a_bad_age(older_than, tmp_path):
+    with pytest.raises(ValueError, match=r"older_than = .* expected a non-negative datetime\.timedelta or number"):
+        store.expire(older_than, str(tmp_path))
