@@ -1,4 +1,4 @@
-"""The ``dynsource`` command: ``demo``, ``explain`` (a scan report) and ``table`` (registered tables)."""
+"""The ``dynsource`` command: ``demo``, ``explain`` (a scan report), ``expire`` (old handles), ``table`` (tables)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,17 @@ def main(argv: list[str] | None = None) -> None:
     explain = commands.add_parser("explain", help="print the pruning report of the last scan that used a handle")
     explain.add_argument("handle", help="a filter handle, as returned by dynsource.collect() or publish()")
     explain.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
+    expire = commands.add_parser(
+        "expire", help="remove the filter handles unused for a while, with their markers and scan reports",
+        description="Remove every handle of the filter store that nothing published, resolved or reported for "
+                    "--older-than: its payload, pending/failed markers, lease and saved scan reports. A handle a "
+                    "query resolved within the last hour (its lease) is kept whatever --older-than says.",
+    )
+    expire.add_argument("--older-than", required=True, type=_duration, metavar="AGE",
+                        help="a number with an optional unit s, m, h, d or w (default s), e.g. 7d or 12h")
+    expire.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
+    expire.add_argument("--store-options", metavar="JSON",
+                        help="fsspec storage options of the store as a JSON object (credentials, endpoint)")
     _add_table_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -30,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         run(args.data)
     elif args.command == "explain":
         _explain(args.handle, args.store)
+    elif args.command == "expire":
+        _expire(args.older_than, args.store, args.store_options)
     else:
         _table(args)
 
@@ -121,6 +135,33 @@ def _explain(handle: str, store: str | None) -> None:
     width = max(len(field.name) for field in dataclasses.fields(report))
     for field in dataclasses.fields(report):
         print(f"{field.name:<{width}}  {getattr(report, field.name)}")
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _duration(text: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; expected a number with an optional unit s, m, h, d or w, e.g. 7d"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _expire(older_than: float, store_url: str | None, store_options: str | None) -> None:
+    from dynsource import store
+    from dynsource.storage import StorageOptions
+
+    try:
+        options = StorageOptions.parse("--store-options", store_options)
+    except ValueError as error:
+        sys.exit(f"dynsource expire: {error}")
+    removed = store.expire(older_than, store_url, storage_options=options)
+    for handle in removed:
+        print(handle)
+    print(f"removed {len(removed)} handle(s) unused for {older_than:g} s from {store_url or store.default_store()}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

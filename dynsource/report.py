@@ -170,8 +170,10 @@ def _task_counts(handle: str, scan_id: str, store_url: str | None) -> list[ReadC
 
 
 def _name(handle: str) -> str:
-    return f"reports/{handle}.json"
+    store.validate_handle(handle)  # a handle names a file: '../' must not reach outside the store
+    return f"{store.REPORTS}/{handle}.json"
 
 
 def _task_directory(handle: str, scan_id: str) -> str:
-    return f"reports/{handle}/{scan_id}"
+    store.validate_handle(handle)
+    return f"{store.REPORTS}/{handle}/{scan_id}"

@@ -56,6 +56,7 @@ class RowFilterSpec:
     data_columns: tuple[tuple[str, str], ...]
     mask_columns: tuple[str, ...]
     filter_rows: bool
+    digest: str = ""  # of the payload the scan was planned with: a worker applies that one or none
 
 
 def plan_row_filter(
@@ -104,6 +105,7 @@ def plan_row_filter(
         data_columns=tuple((column, column_types[column]) for column in data_columns),
         mask_columns=tuple(mask_columns),
         filter_rows=len(data) <= max_keys,
+        digest=data.digest,
     )
     return spec, None
 
@@ -122,7 +124,7 @@ def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
     if spec is None:
         return None
     try:
-        resolved = _resolve(spec.store or store.default_store(), spec.handle)
+        resolved = _resolve(spec.store or store.default_store(), spec.handle, spec.digest)
     except (LookupError, ValueError, OSError) as error:
         log.warning("dynsource: dynamic filter '%s' cannot be resolved in this worker, reading rows unfiltered: %s",
                     spec.handle, error)
@@ -134,10 +136,13 @@ def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
 
 
 @functools.lru_cache(maxsize=_RESOLVED_CACHE_SIZE)
-def _resolve(store_url: str, handle: str) -> _ResolvedFilter:
+def _resolve(store_url: str, handle: str, digest: str) -> _ResolvedFilter:
     # Python workers are reused across tasks: resolve (read, verify, parse) each payload once per process.
-    # A handle names one immutable payload, so a cached one never goes stale.
-    return _ResolvedFilter(store.resolve(handle, store_url))
+    # Keyed by the planned payload's digest too: a reserved handle published again must not hit an older entry.
+    data = store.resolve(handle, store_url)
+    if data.digest != digest:
+        raise ValueError(f"dynamic filter '{handle}' was published again after the scan was planned")
+    return _ResolvedFilter(data)
 
 
 class _ResolvedFilter:

@@ -330,5 +330,5 @@ def _report(
     scan.log()
     try:
         report.save(scan, options.filterStore)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a malformed handle, read unfiltered under 'fallback'
         log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamicFilter, error)
