@@ -7,6 +7,10 @@ level as it is listed, so nothing below a pruned directory is listed (like the
 dynamic filter). A filter evaluated exactly on every partition is claimed: every
 row of a kept partition satisfies it. Anything else goes back to Spark.
 
+Filters on data columns cannot prune directories; :class:`RowGroupFilter` turns
+them into a pyarrow expression that skips the Parquet row groups whose
+statistics rule out every row, and Spark still evaluates them on what is read.
+
 Filters are told apart by class name, so this module imports on pyspark 4.0,
 which has no filter classes and never calls ``pushFilters``.
 """
@@ -14,17 +18,21 @@ which has no filter classes and never calls ``pushFilters``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import operator
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceReader
 
-from dynsource import partitions
+from dynsource import partitions, types
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 # The worker that calls reader(), pushFilters and partitions() in one process (pyspark >= 4.1).
@@ -118,6 +126,90 @@ class PartitionFilter:
     def unapplied(self) -> list[Any]:
         """The filters Spark must still evaluate: those not applied to every partition of their column."""
         return [pushed for index, pushed in enumerate(self.filters) if index not in self._applied]
+
+    def row_group_filter(self, partition_columns: Sequence[str]) -> RowGroupFilter | None:
+        """The filters on data columns that Parquet statistics can decide, or None if there are none."""
+        conjuncts = []
+        for pushed in self.filters:
+            column = _column(pushed)
+            type_name = self.column_types.get(column)
+            if column is None or column in partition_columns or not _is_exact(type_name):
+                continue
+            expression = _expression(pushed, pc.field(column), types.arrow_type(type_name), type_name)
+            if expression is not None:
+                conjuncts.append((column, type_name, expression))
+        return RowGroupFilter(tuple(conjuncts)) if conjuncts else None
+
+
+@dataclass(frozen=True)
+class RowGroupFilter:
+    """WHERE filters on data columns, kept to skip Parquet row groups no row of which can satisfy them all.
+
+    Each conjunct is (column, its Spark SQL type, a pyarrow expression true
+    wherever Spark's filter is true). pyarrow's row-group statistics (min, max,
+    null count) decide which row groups may hold such a row; Spark evaluates the
+    filters again on the rows read, so this only has to never skip a row group
+    with a row Spark keeps. It travels pickled in every InputPartition.
+    """
+
+    conjuncts: tuple[tuple[str, str, pc.Expression], ...]
+
+    def keep_row_groups(self, fragment: ds.ParquetFileFragment, row_groups: Sequence[int]) -> list[int]:
+        """Those of ``row_groups`` of ``fragment`` whose statistics may hold a row satisfying every conjunct."""
+        schema = fragment.physical_schema
+        # Statistics order values as the file stores them: a column stored as another type than the read
+        # schema's is converted by read(), so its statistics must not decide.
+        usable = [
+            expression for column, type_name, expression in self.conjuncts
+            if column in schema.names and _stored_as(schema.field(column).type, type_name)
+        ]
+        if not usable:
+            return list(row_groups)
+        try:
+            subset = fragment.subset(filter=functools.reduce(operator.and_, usable))
+        except (TypeError, ValueError, pa.ArrowException):
+            return list(row_groups)
+        matching = {row_group.id for row_group in subset.row_groups}
+        return [index for index in row_groups if index in matching]
+
+
+def _stored_as(arrow: pa.DataType, type_name: str) -> bool:
+    if pa.types.is_dictionary(arrow):
+        arrow = arrow.value_type
+    try:
+        return types.type_name(arrow) == type_name
+    except ValueError:
+        return False
+
+
+def _expression(pushed: Any, field: pc.Expression, arrow: pa.DataType, type_name: str) -> pc.Expression | None:
+    """An expression true on every value for which Spark's answer to ``pushed`` is true, or None if unknown.
+
+    It may also be true where Spark's answer is false or unknown (``NOT (x IN (1, NULL))``): the row groups
+    kept for it are a superset, never a subset, of those Spark needs.
+    """
+    kind = type(pushed).__name__
+    if kind == "Not":
+        inner = _expression(pushed.child, field, arrow, type_name)
+        return None if inner is None else ~inner
+    if kind == "IsNull":
+        return field.is_null()
+    if kind == "IsNotNull":
+        return field.is_valid()
+    try:
+        if kind == "In":
+            present = [_literal(item, arrow, type_name) for item in pushed.value if item is not None]
+            return pc.is_in(field, value_set=pa.array([item.as_py() for item in present], arrow)) if present else None
+        if kind == "EqualNullSafe":
+            if pushed.value is None:
+                return field.is_null()
+            # Never null, so that its negation is true on null values, as NOT (x <=> 1) is in Spark.
+            return field.is_valid() & (field == _literal(pushed.value, arrow, type_name))
+        if kind in _COMPARISONS and pushed.value is not None:
+            return _COMPARISONS[kind](field, _literal(pushed.value, arrow, type_name))
+    except (TypeError, ValueError, pa.ArrowException):
+        return None
+    return None
 
 
 def _column(pushed: Any) -> str | None:

@@ -44,7 +44,9 @@ class DynsourceDataSource(DataSource):
     (``=``, ``<=>``, ``IN``, ``<``, ``<=``, ``>``, ``>=``, ``IS [NOT] NULL``, ``NOT``)
     of integral, decimal, string, date or boolean type prune partitions at
     planning time as the dynamic filter does, and both must keep a partition for
-    it to be read. Other filters, including all on data columns, are left to Spark.
+    it to be read. Filters of those kinds on data columns of those types skip the
+    Parquet row groups whose statistics (min, max, null count) rule out every
+    row; Spark still evaluates them, and every other filter, on what is read.
 
     Options
     -------
@@ -145,7 +147,7 @@ class DynsourceReader(DataSourceReader):
         try:
             for split in plan.splits:
                 yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
-                                            self.options.batchSize, row_filter)
+                                            self.options.batchSize, row_filter, plan.where)
         finally:
             # Also when Spark stops early (a LIMIT): the figures then cover what was read.
             if row_filter is not None:
@@ -254,6 +256,7 @@ def plan_scan(
         open_cost_in_bytes=options.openCostInBytes,
         min_partition_num=options.minPartitionNum,
         row_filter=row_filter,
+        where=partition_filter.row_group_filter(listing.columns) if partition_filter else None,
     )
     if options.dynamicFilter and options.dynamicFilteringEnabled:
         reason = unusable or enumerator.fallback_reason

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime
 import shutil
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
@@ -196,3 +199,142 @@ def test_sql_only_temporary_view_prunes(pushdown_on, table, tmp_path):
     schema = spark.read.parquet(str(table)).schema.toDDL()
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW sql_pushed ({schema}) USING dynsource OPTIONS (path '{corrupt}')")
     assert rows(spark.sql(f"SELECT * FROM sql_pushed WHERE {where}")) == expected
+
+
+# Data-column filters: row groups skipped by Parquet statistics (Spark still evaluates the filters).
+ROW_GROUP_WHERE = [
+    "v > 40",
+    "v BETWEEN 10 AND 13",
+    "v = 7 AND p = 2",
+    "s IN ('k005', 'k030')",
+    "s < 'k004'",
+    "d >= DATE'2024-02-10'",
+    "n IS NULL",
+    "n IS NOT NULL AND v < 30",
+    "flag = true",
+    "NOT (v < 44)",
+    "v <=> 3",
+    "amount > 4.5",
+]
+ROW_GROUP_SIZE = 4
+
+
+@pytest.fixture(scope="module")
+def sorted_table(tmp_path_factory) -> Path:
+    """Sorted data columns (tight row-group statistics) and ``g``, each row's row-group number in its file."""
+    root = tmp_path_factory.mktemp("row-groups") / "t"
+    for p in (1, 2):
+        count = 48
+        (root / f"p={p}").mkdir(parents=True)
+        pq.write_table(pa.table({
+            "v": pa.array(range(count), pa.int64()),
+            "s": [f"k{i:03d}" for i in range(count)],
+            "d": [datetime.date(2024, 1, 1) + datetime.timedelta(days=i) for i in range(count)],
+            "n": [None if 8 <= i < 16 else i for i in range(count)],
+            "flag": [i >= 36 for i in range(count)],
+            "amount": pa.array([Decimal(i) / 10 for i in range(count)], pa.decimal128(6, 2)),
+            "g": [i // ROW_GROUP_SIZE for i in range(count)],
+        }), root / f"p={p}" / "part-0.parquet", row_group_size=ROW_GROUP_SIZE)
+    return root
+
+
+def corrupt_row_groups_but(spark, source: Path, target: Path, where: str) -> Path:
+    """A copy of ``source`` whose row groups holding no row satisfying ``where`` are zeroed: reading one fails."""
+    shutil.copytree(source, target)
+    matching = spark.read.parquet(str(target)).where(where).select(F.input_file_name().alias("f"), "g").distinct()
+    keep = {(Path(unquote(urlparse(r.f).path)), r.g) for r in matching.collect()}
+    for data_file in target.rglob("*.parquet"):
+        metadata = pq.read_metadata(data_file)
+        content = bytearray(data_file.read_bytes())
+        for index in range(metadata.num_row_groups):
+            if (data_file, index) in keep:
+                continue
+            row_group = metadata.row_group(index)
+            for column in range(row_group.num_columns):
+                chunk = row_group.column(column)
+                start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+                content[start:start + chunk.total_compressed_size] = bytes(chunk.total_compressed_size)
+        data_file.write_bytes(bytes(content))
+    return target
+
+
+@needs_pushdown
+@pytest.mark.parametrize("where", ROW_GROUP_WHERE)
+def test_data_column_filters_skip_row_groups(pushdown_on, sorted_table, tmp_path, where):
+    spark = pushdown_on
+    expected = rows(spark.read.parquet(str(sorted_table)).where(where))
+    corrupt = corrupt_row_groups_but(spark, sorted_table, tmp_path / "t", where)
+    assert rows(read(spark, corrupt).where(where)) == expected
+    if where != "NOT (v < 44)":  # every row group holds a match: nothing to corrupt
+        with pytest.raises(Exception, match="Cannot read data file"):
+            read(spark, corrupt).count()
+
+
+def test_data_column_filters_on_every_line_equal_spark(pushdown_on, sorted_table):
+    spark = pushdown_on
+    for where in [*ROW_GROUP_WHERE, "NOT (n IN (1, NULL))", "NOT (v <=> 3)", "s IN ('k001', NULL)"]:
+        assert rows(read(spark, sorted_table).where(where)) == rows(spark.read.parquet(str(sorted_table)).where(where))
+
+
+# One row per row group, so a kept row group is a kept value: x is null, 0, 1, 2, 5, 7 in row groups 0 to 5.
+ONE_ROW_GROUPS = [None, 0, 1, 2, 5, 7]
+# (pushed filter, row groups kept): exactly those with a row Spark keeps, but for two NOT IN, which also keep
+# the null row group and one the IN list's null rules out (more read, never less).
+ROW_GROUP_CASES = [
+    (lambda f: f.EqualTo(("x",), 5), [4]),
+    (lambda f: f.EqualTo(("x",), None), [0, 1, 2, 3, 4, 5]),  # never true: not worth an expression
+    (lambda f: f.Not(f.EqualTo(("x",), 5)), [1, 2, 3, 5]),
+    (lambda f: f.EqualNullSafe(("x",), 5), [4]),
+    (lambda f: f.Not(f.EqualNullSafe(("x",), 5)), [0, 1, 2, 3, 5]),
+    (lambda f: f.EqualNullSafe(("x",), None), [0]),
+    (lambda f: f.Not(f.EqualNullSafe(("x",), None)), [1, 2, 3, 4, 5]),
+    (lambda f: f.In(("x",), (1, 5, None)), [2, 4]),
+    (lambda f: f.Not(f.In(("x",), (1, 5))), [0, 1, 3, 5]),
+    (lambda f: f.Not(f.In(("x",), (1, None))), [0, 1, 3, 4, 5]),
+    (lambda f: f.IsNull(("x",)), [0]),
+    (lambda f: f.Not(f.IsNull(("x",))), [1, 2, 3, 4, 5]),
+    (lambda f: f.IsNotNull(("x",)), [1, 2, 3, 4, 5]),
+    (lambda f: f.LessThan(("x",), 2), [1, 2]),
+    (lambda f: f.Not(f.GreaterThanOrEqual(("x",), 5)), [1, 2, 3]),
+    (lambda f: f.LessThanOrEqual(("x",), 0), [1]),
+    (lambda f: f.GreaterThan(("x",), 5), [5]),
+]
+
+
+@needs_pushdown
+@pytest.mark.parametrize(("make", "kept"), ROW_GROUP_CASES)
+def test_row_group_filter_keeps_every_row_group_spark_keeps_a_row_of(tmp_path, make, kept):
+    from pyspark.sql import datasource
+
+    values = pa.array(ONE_ROW_GROUPS, pa.int32())
+    path = tmp_path / "one-row-groups.parquet"
+    pq.write_table(pa.table({"x": values}), path, row_group_size=1)
+    fragment = ds.ParquetFileFormat().make_fragment(str(path), filesystem=pafs.LocalFileSystem())
+    pushed = make(datasource)
+    where = pushdown.PartitionFilter([pushed], {"x": "int"}).row_group_filter(())
+    got = where.keep_row_groups(fragment, range(len(values))) if where else list(range(len(values)))
+    # Spark's answer for each value, as partition pruning evaluates it (checked against Spark above).
+    answers = pushdown._evaluate(pushed, values, "int").to_pylist()
+    spark_keeps = {index for index, answer in enumerate(answers) if answer}
+    assert spark_keeps <= set(got)
+    assert got == kept
+
+
+@needs_pushdown
+def test_row_group_filter_leaves_floats_timestamps_and_partition_columns_to_spark():
+    from pyspark.sql.datasource import EqualTo, GreaterThan, StringStartsWith
+
+    filters = [GreaterThan(("f",), 1.5), EqualTo(("t",), datetime.datetime(2024, 1, 1)), EqualTo(("p",), 1),
+               StringStartsWith(("s",), "k")]
+    partition_filter = pushdown.PartitionFilter(filters, {"f": "double", "t": "timestamp", "p": "int", "s": "string"})
+    assert partition_filter.row_group_filter(("p",)) is None
+
+
+def test_row_group_filter_ignores_a_file_storing_the_column_as_another_type(tmp_path):
+    from pyspark.sql.datasource import EqualTo
+
+    path = tmp_path / "wider.parquet"
+    pq.write_table(pa.table({"x": pa.array(range(8), pa.int64())}), path, row_group_size=2)
+    fragment = ds.ParquetFileFormat().make_fragment(str(path), filesystem=pafs.LocalFileSystem())
+    where = pushdown.PartitionFilter([EqualTo(("x",), 3)], {"x": "int"}).row_group_filter(())
+    assert where.keep_row_groups(fragment, range(4)) == [0, 1, 2, 3]
