@@ -1219,11 +1219,11 @@ def _ipc_bytes(table: pa.Table) -> bytes:
 
 def _check_prefix(blob: bytes) -> int:
     minimum = _PREFIX.size + _DIGEST_BYTES
+    if blob[: len(MAGIC)] != MAGIC[: len(blob)]:  # foreign data, however short, is not a truncated payload
+        raise ValueError(f"Data is not a dynsource filter payload (it starts with {blob[: len(MAGIC)]!r}).")
     if len(blob) < minimum:
         raise ValueError(f"Filter payload is truncated: expected at least {minimum} bytes, got {len(blob)}.")
-    magic, version, header_length = _PREFIX.unpack_from(blob)
-    if magic != MAGIC:
-        raise ValueError(f"Data is not a dynsource filter payload (it starts with {blob[: len(MAGIC)]!r}).")
+    _, version, header_length = _PREFIX.unpack_from(blob)
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(
             f"Filter payload version {version} is not supported; "
