@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -185,3 +187,30 @@ def test_expire_of_a_store_that_does_not_exist_removes_nothing(tmp_path):
 def test_expire_rejects_a_bad_age(older_than, tmp_path):
     with pytest.raises(ValueError, match=r"older_than = .* expected a non-negative datetime\.timedelta or number"):
         store.expire(older_than, str(tmp_path))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dynsource.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_expire_command_removes_the_old_unused_handles(tmp_path):
+    root = str(tmp_path)
+    in_use, unused = store.publish(DATA, root), store.publish(DATA, root)
+    store.resolve(in_use, root)
+    for handle in (in_use, unused):
+        age(tmp_path / f"{handle}.dynf", 8)
+    kept = store.publish(DATA, root)
+    result = run_cli("expire", "--older-than", "7d", "--store", root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [unused]
+    assert f"removed 1 handle(s) unused for 604800 s from {root}" in result.stderr
+    assert store.resolve(in_use, root) == DATA and store.resolve(kept, root) == DATA
+
+
+def test_commands_reject_a_bad_age_or_handle_and_document_the_lease(tmp_path):
+    result = run_cli("expire", "--older-than", "7x", "--store", str(tmp_path))
+    assert result.returncode == 2 and "'7x' is not a duration; expected a number with an optional unit" in result.stderr
+    assert "lease" in run_cli("expire", "--help").stdout
+    explained = run_cli("explain", "../../etc/passwd", "--store", str(tmp_path))
+    assert explained.returncode == 1 and "'../../etc/passwd' (option 'dynamicFilter' or a handle argument) is not" \
+        in explained.stderr
