@@ -9,6 +9,7 @@ decision is taken level by level, nothing below a pruned directory is listed.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dynsource import partitions
 from dynsource.filtering import DynamicFilteringData
@@ -222,8 +224,11 @@ class DynamicPartitionEnumerator:
         if not filtered or filtered[-1] != len(columns) - 1:
             return None  # the new level is not a filter column: it cannot prune more than its parent did
         try:
-            candidates = pa.table({columns[i]: self._typed(columns[i], [row[i] for row in raw_rows]) for i in filtered})
-            return self.data.matching_mask(candidates).to_pylist()
+            typed = {columns[i]: self._typed(columns[i], [row[i] for row in raw_rows]) for i in filtered}
+            mask = self.data.matching_mask(pa.table({column: values for column, (values, _) in typed.items()}))
+            # A directory whose value has no image in its column's type (Spark ignores it unless it holds
+            # files, and then fails the scan) cannot be judged: it is kept, and the others are still pruned.
+            return functools.reduce(pc.or_, [failed for _, failed in typed.values()], mask).to_pylist()
         except (TypeError, ValueError) as error:
             if self.on_error == "fail":
                 raise
@@ -231,9 +236,12 @@ class DynamicPartitionEnumerator:
             log.warning("dynsource: %s; reading every partition below this level.", self.fallback_reason)
             return None
 
-    def _typed(self, column: str, raw: list[str]) -> pa.Array:
+    def _typed(self, column: str, raw: list[str]) -> tuple[pa.Array, pa.Array]:
+        """The typed values, and where a value other than the null partition could not be converted."""
         type_name = self.column_types.get(column) or partitions.infer_type(raw)
-        return partitions.to_arrow(raw, type_name, time_zone=self.time_zone)
+        typed = partitions.to_arrow(raw, type_name, time_zone=self.time_zone, strict=False)
+        raw_values = pa.array(raw, pa.string())
+        return typed, pc.and_(pc.not_equal(raw_values, partitions.DEFAULT_PARTITION_NAME), pc.is_null(typed))
 
     def _check_fields(self, listing: Listing) -> None:
         known = {column.lower() for column in (*listing.columns, *self.data_columns)}

@@ -1131,12 +1131,21 @@ def _comparable(values: pa.Array, source: str, target: str, by_day: bool) -> tup
     elif source == "string":
         converted = _parse(values, target)
     elif target in ("float", "double"):
-        converted = pc.cast(values, types.arrow_type(target), safe=False)  # Spark's cast to double rounds too
+        converted = _to_floating(values, source, target)
     else:
         converted = pc.cast(_representable(values, source, target), types.arrow_type(target))
     if pa.types.is_floating(converted.type):
         converted = _normalize_float(converted)
     return converted, pc.and_(pc.is_valid(values), pc.is_null(converted))
+
+
+def _to_floating(values: pa.Array, source: str, target: str) -> pa.Array:
+    """Spark's cast to double (which rounds, as does this one) of integral or decimal values."""
+    if source.startswith("decimal"):
+        # Arrow scales the unscaled integer by a power of ten in floating point (19.99 becomes
+        # 19.990000000000002); Spark's conversion, like Arrow's parsing of the decimal text, is correctly rounded.
+        values = pc.cast(values, pa.string())
+    return pc.cast(values, types.arrow_type(target), safe=False)
 
 
 def _parse(values: pa.Array, target: str) -> pa.Array:
