@@ -104,6 +104,7 @@ def collect(
     if wait:
         return filter_store.publish(compute(), store)
     _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
+    _project(df, keys, types)  # bad key columns fail here, not in the background
     handle = filter_store.reserve(store)
     threading.Thread(target=_publish_later, args=(handle, compute, store), name=f"dynsource-{handle}",
                      daemon=True).start()
@@ -133,12 +134,11 @@ def collect_data(
 ) -> DynamicFilteringData:
     """:func:`collect` without publishing: the DynamicFilteringData itself."""
     _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
-    projected = df.select(*[_key_column(df, field, column, (types or {}).get(field)) for field, column in keys.items()])
+    projected, fields = _project(df, keys, types)
     if not null_safe:
         # An equi-join never matches a null key. Not dropna(): it drops NaN too, which joins NaN in Spark.
         present = [F.col(f"`{field}`").isNotNull() for field in keys]
         projected = projected.where(functools.reduce(operator.and_, present))
-    fields = [(f.name, normalize_type(f.dataType.simpleString())) for f in projected.schema]
     distinct = projected.distinct()
     known_count = None
     if "exact" in kinds:
@@ -165,8 +165,27 @@ def _check_arguments(
         filtering.bloom_size_bytes(1, fpp)  # raises for an fpp outside (0, 1)
 
 
+def _project(
+    df: DataFrame, keys: Mapping[str, str], types: Mapping[str, str] | None
+) -> tuple[DataFrame, list[tuple[str, str]]]:
+    """The key columns of ``df`` named and cast as the fact fields, and the fields' Spark SQL types (no Spark job)."""
+    projected = df.select(*[_key_column(df, field, column, (types or {}).get(field)) for field, column in keys.items()])
+    return projected, [_field_type(f.name, keys[f.name], f.dataType.simpleString()) for f in projected.schema]
+
+
+def _field_type(field: str, column: str, type_name: str) -> tuple[str, str]:
+    try:
+        return field, normalize_type(type_name)
+    except ValueError:
+        raise ValueError(
+            f"Key column '{column}' (for fact field '{field}') has type {type_name}, which a dynamic filter cannot "
+            "hold; expected an atomic type (numeric, string, binary, boolean, date, timestamp), or a cast in types=."
+        ) from None
+
+
 def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None) -> Column:
-    if column not in df.columns:
+    # Spark resolves column names ignoring case (spark.sql.caseSensitive=false); with it true, select() says so.
+    if column.lower() not in {name.lower() for name in df.columns}:
         raise ValueError(
             f"Key column '{column}' (for fact field '{field}') is not a column of the dimension: {df.columns}."
         )

@@ -77,7 +77,7 @@ class PartitionEnumerator:
                 if not any(kv for _, _, kv in children):
                     listing.partitions.extend(self._leaves(frontier, children, pool, listing))
                     break
-                column = self._level_column(frontier, children)
+                column = self._level_column(frontier, children, listing.columns)
                 listing.columns += (column,)
                 candidates = [
                     (path, (*values, raw))
@@ -116,29 +116,32 @@ class PartitionEnumerator:
         kv.sort()
         return files, plain, kv
 
-    def _level_column(self, frontier, children) -> str:
+    def _level_column(self, frontier, children, known: tuple[str, ...]) -> str:
         """The one column this level partitions by; any other layout is Spark's 'conflicting' error."""
-        names = {name for _, _, kv in children for _, name, _ in kv}
-        if len(names) > 1:
-            examples = sorted({path for _, _, kv in children for path, _, _ in kv})[:4]
+        first_path = {}
+        for _, _, kv in children:
+            for path, name, _ in kv:
+                first_path.setdefault(name, path)
+        if len(first_path) > 1:
+            branches = "; ".join(f"{[*known, name]} in '{path}'" for name, path in sorted(first_path.items()))
             raise ValueError(
-                f"Conflicting partition column names {sorted(names)} at the same directory level under "
-                f"'{self.root}', e.g. {examples}; every branch must be partitioned by the same columns in order."
+                f"Conflicting partition column names detected under '{self.root}': {branches}. Every branch must "
+                "be partitioned by the same columns in the same order."
             )
         for (path, _), (files, plain, kv) in zip(frontier, children, strict=True):
             if kv and (files or plain):
                 stray = (files[0]["name"] if files else plain[0])
                 raise ValueError(
-                    f"Conflicting directory structures under '{path}': '{stray}' sits beside partition "
+                    f"Conflicting directory structures detected under '{path}': '{stray}' sits beside partition "
                     f"directories like '{kv[0][0]}'. Move or delete it, or point option 'path' at a "
                     "partition directory."
                 )
             if not kv and (files or plain):
                 raise ValueError(
-                    f"Conflicting directory structures: '{path}' holds data directly while other branches "
-                    f"are partitioned by '{names.pop()}'; every leaf must be at the same depth."
+                    f"Conflicting directory structures detected: '{path}' holds data directly while other "
+                    f"branches are partitioned by '{next(iter(first_path))}'; every leaf must be at the same depth."
                 )
-        return names.pop()
+        return next(iter(first_path))
 
     def _leaves(self, frontier, children, pool, listing: Listing) -> list[Partition]:
         """Partitions for the last level; files in plain sub-directories belong to their partition."""
@@ -181,6 +184,8 @@ class DynamicPartitionEnumerator:
         Zone of timestamp partition values (None: this process's zone).
     on_error : {"fallback", "fail"}
         What a filter that cannot be applied does: read everything (logged) or raise.
+        A filter naming a field that is neither a partition nor a data column
+        is set aside whole: ``data`` is None after :meth:`enumerate`.
     static_filter : LevelFilter, optional
         A per-level decision known before the scan (the WHERE filters Spark pushed);
         a directory is descended into only when both it and the dynamic filter keep it.
@@ -210,11 +215,21 @@ class DynamicPartitionEnumerator:
 
     def enumerate(self) -> Listing:
         dynamic = self.data is not None and self.data.is_filtering
+        listing = self._walk(dynamic)
+        unknown = self._unknown_fields(listing) if dynamic else None
+        if unknown is None:
+            return listing
+        if self.on_error == "fail":
+            raise ValueError(unknown)
+        # The filter was collected for another table or with another mapping: none of it can be trusted here.
+        self.fallback_reason = unknown
+        self.data = None
+        log.warning("dynsource: %s; reading every partition.", unknown)
+        return self._walk(dynamic=False)
+
+    def _walk(self, dynamic: bool) -> Listing:
         level_filters = [f for f in (self.static_filter, self._keep if dynamic else None) if f is not None]
-        listing = self.static.enumerate(_kept_by_all(level_filters) if level_filters else None)
-        if dynamic:
-            self._check_fields(listing)
-        return listing
+        return self.static.enumerate(_kept_by_all(level_filters) if level_filters else None)
 
     def _keep(self, columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
         if self.fallback_reason is not None:
@@ -243,18 +258,20 @@ class DynamicPartitionEnumerator:
         raw_values = pa.array(raw, pa.string())
         return typed, pc.and_(pc.not_equal(raw_values, partitions.DEFAULT_PARTITION_NAME), pc.is_null(typed))
 
-    def _check_fields(self, listing: Listing) -> None:
+    def _unknown_fields(self, listing: Listing) -> str | None:
+        """Why the filter names fields the table does not have, or None when it has them all."""
         known = {column.lower() for column in (*listing.columns, *self.data_columns)}
         unknown = [name for name in self.data.field_names if name.lower() not in known]
         # With every directory pruned, deeper partition columns were never seen: they cannot be told apart.
-        if unknown and (listing.partitions or not listing.directories_pruned):
-            partition_columns = {column.lower() for column in listing.columns}
-            data_columns = [column for column in self.data_columns if column.lower() not in partition_columns]
-            raise ValueError(
-                f"Dynamic filter field(s) {unknown} are neither partition columns nor data columns of "
-                f"'{self.static.root}'; its partition columns are {list(listing.columns)} and its data columns "
-                f"are {data_columns}."
-            )
+        if not unknown or (not listing.partitions and listing.directories_pruned):
+            return None
+        partition_columns = {column.lower() for column in listing.columns}
+        data_columns = [column for column in self.data_columns if column.lower() not in partition_columns]
+        return (
+            f"Dynamic filter field(s) {unknown} are neither partition columns nor data columns of "
+            f"'{self.static.root}'; its partition columns are {list(listing.columns)} and its data columns "
+            f"are {data_columns}."
+        )
 
 
 def _kept_by_all(level_filters: Sequence[LevelFilter]) -> LevelFilter:

@@ -19,7 +19,13 @@ from dynsource.rowfilter import RowFilter
 
 def open_table(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem and in-filesystem root of a table URL (a plain path is a local URL)."""
-    fs, root = fsspec.core.url_to_fs(url)
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as error:  # an unknown protocol, or its package is not installed
+        raise ValueError(
+            f"Option 'path' = {url!r} cannot be opened: {error}. Expected a local path or an fsspec URL of an "
+            "installed filesystem (file://, memory://, s3:// with s3fs...)."
+        ) from None
     return fs, root
 
 

@@ -244,7 +244,7 @@ def plan_scan(
     values = _typed_values(listing, read_columns, column_types, options.timeZone)
     scan_id = uuid.uuid4().hex
     row_filter, rows_unusable = None, None
-    if data is not None:
+    if enumerator.data is not None:  # None also when the enumerator set the filter aside
         row_filter, rows_unusable = rowfilter.plan_row_filter(
             data, listing.columns, schema_types, handle=options.dynamicFilter, filter_store=options.filterStore,
             scan_id=scan_id, max_keys=options.rowFilterMaxKeys, on_error=options.dynamicFilterOnError,

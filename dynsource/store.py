@@ -28,7 +28,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,10 @@ class FilterFailedError(RuntimeError):
 
 class FilterNotReadyError(TimeoutError):
     """A reserved handle was not published within the reader's wait."""
+
+
+class FilterStoreError(OSError):
+    """The filter store cannot be reached: an unknown protocol, a file where its directory should be, no access."""
 
 
 def default_store() -> str:
@@ -173,21 +177,37 @@ def expire(older_than: dt.timedelta | float, store: str | None = None, *, storag
 def put(name: str, blob: bytes, store: str | None = None, *, storage_options: Options = None) -> None:
     """Write ``blob`` as ``name`` in the store: a temporary file renamed into place."""
     _check_name(name)
-    fs, root = _open(store, storage_options)
-    final = f"{root}/{name}"
-    fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
-    temporary = f"{final}.{uuid.uuid4().hex}.tmp"
-    with fs.open(temporary, "wb") as out:
-        out.write(blob)
-    fs.mv(temporary, final)
+    with _reaching(store, "written", name):
+        fs, root = _open(store, storage_options)
+        final = f"{root}/{name}"
+        fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+        temporary = f"{final}.{uuid.uuid4().hex}.tmp"
+        with fs.open(temporary, "wb") as out:
+            out.write(blob)
+        fs.mv(temporary, final)
 
 
 def get(name: str, store: str | None = None, *, storage_options: Options = None) -> bytes:
     """The bytes stored as ``name``; ``FileNotFoundError`` when there are none."""
     _check_name(name)
-    fs, root = _open(store, storage_options)
-    with fs.open(f"{root}/{name}", "rb") as stored:
-        return stored.read()
+    with _reaching(store, "read", name):
+        fs, root = _open(store, storage_options)
+        with fs.open(f"{root}/{name}", "rb") as stored:
+            return stored.read()
+
+
+@contextlib.contextmanager
+def _reaching(store: str | None, verb: str, name: str) -> Iterator[None]:
+    """Errors of a store that cannot be reached, as one naming the store and the entry; a missing entry stays as is."""
+    try:
+        yield
+    except (FileNotFoundError, FilterStoreError):
+        raise
+    except (OSError, ValueError, ImportError) as error:  # ValueError, ImportError: unknown protocol, missing driver
+        raise FilterStoreError(
+            f"Filter store '{store or default_store()}' cannot be {verb} ('{name}'): {error}. Expected a directory "
+            f"on an installed fsspec filesystem (option 'filterStore', argument store= or ${STORE_ENV})."
+        ) from error
 
 
 def exists(name: str, store: str | None = None, *, storage_options: Options = None) -> bool:

@@ -103,7 +103,7 @@ def test_filter_field_that_is_neither_a_partition_nor_a_data_column_is_an_error(
     data = DynamicFilteringData([("a", "int"), ("zzz", "int")], [(1, 1)])
     with pytest.raises(ValueError, match=r"\['zzz'\] are neither .* partition columns are \['a'\] and its data "
                                          r"columns are \['v'\]"):
-        dynamic(fs, root, data, data_columns=["v", "a"]).enumerate()
+        dynamic(fs, root, data, data_columns=["v", "a"], on_error="fail").enumerate()
 
 
 def test_data_column_fields_are_accepted_and_partition_fields_still_prune(fs):

@@ -128,7 +128,7 @@ def test_above_row_filter_max_keys_only_row_groups_are_skipped(spark, fact):
 def test_field_that_is_neither_kind_of_column_is_a_clear_error(spark, fact, schema, fields, message):
     handle = dynsource.publish(DynamicFilteringData(fields, [(1,) * len(fields)]))
     reader = spark.read.format("dynsource") if schema is None else spark.read.format("dynsource").schema(schema)
-    df = reader.option("path", str(fact)).option("dynamicFilter", handle).load()
+    df = reader.option("path", str(fact)).option("dynamicFilter", handle).option("dynamicFilterOnError", "fail").load()
     with pytest.raises(Exception, match=message):
         df.count()
 
