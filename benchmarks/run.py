@@ -1,0 +1,461 @@
+"""dynsource against Spark's own Parquet reader and DPP on the star schema: times, bytes read, results.
+
+Every query runs in every mode, interleaved, in one SparkSession: one untimed
+warm-up round, then ``--repeat`` timed rounds. The results of all modes must be
+identical (the run fails otherwise). Output: a table on the console, and a JSON
+file and a PNG chart under ``benchmarks/results/``.
+
+    python -m benchmarks.run --scale 1 --repeat 3
+    python -m benchmarks.run --curves      # planning and collector scale curves (benchmarks/curves.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+from benchmarks import star as star_schema
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DPP_CONF = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
+SQL = """
+SELECT COUNT(*) AS sales, SUM(ss_sales_price) AS revenue
+FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk
+WHERE {where}
+"""
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    where: str
+    description: str
+
+
+QUERIES = (
+    Query("month", "d_year = 2000 AND d_moy = 12", "December 2000 (31 days)"),
+    Query("holidays", "d_year = 2000 AND d_holiday = 'Y'", "the 6 holidays of 2000"),
+    Query("years", "d_year >= 1999", "1999 to 2002 (1,461 days)"),
+)
+
+
+@dataclass
+class Measurement:
+    """One timed run of one query in one mode.
+
+    ``partitions``/``files``/``bytes`` are what the scan of ``store_sales`` read,
+    and ``source`` says where the figures come from. ``phases`` splits a dynsource
+    run: ``collect_s`` (the collector job and publishing), ``load_s`` (``load()``:
+    schema inference in a Python worker), ``planning_s`` (listing and planning,
+    from the scan report) and ``run_s`` (the query, planning included).
+    """
+
+    result: tuple
+    seconds: float
+    partitions: int | None
+    files: int | None
+    bytes: int | None
+    source: str
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class Bench:
+    """The star schema opened in ``spark``, with what every mode needs prepared outside the timed runs."""
+
+    def __init__(self, spark, star: star_schema.Star) -> None:
+        import dynsource
+
+        self.spark = spark
+        self.star = star
+        self.fact = str(star.store_sales)
+        dynsource.register(spark)
+        spark.read.parquet(str(star.date_dim)).createOrReplaceTempView("date_dim")
+        self.sizes = star_schema.partition_sizes(star.store_sales)
+        # One DataFrame for the warm native modes: its file index lists the table once and is then cached.
+        spark.read.parquet(self.fact).createOrReplaceTempView("store_sales_native_warm")
+        self.keys: dict[str, list[int]] = {}
+        self.static_handles: dict[str, str] = {}
+
+    def keys_of(self, query: Query) -> list[int]:
+        """The date keys the query's dimension filter selects."""
+        if query.name not in self.keys:
+            rows = self.spark.sql(f"SELECT d_date_sk FROM date_dim WHERE {query.where}").collect()
+            self.keys[query.name] = sorted(row[0] for row in rows)
+        return self.keys[query.name]
+
+    def static_handle(self, query: Query) -> str:
+        """A filter of the query's keys published once: scans with it show the floor of a pruned dynsource scan."""
+        import dynsource
+
+        if query.name not in self.static_handles:
+            data = dynsource.DynamicFilteringData([(star_schema.KEY, "int")], [(k,) for k in self.keys_of(query)])
+            self.static_handles[query.name] = dynsource.publish(data)
+        return self.static_handles[query.name]
+
+    def matching(self, query: Query) -> tuple[int, int, int]:
+        """Partitions, files and bytes on disk of the partitions holding the query's keys."""
+        kept = [self.sizes[k] for k in self.keys_of(query) if k in self.sizes]
+        return len(kept), sum(f for f, _ in kept), sum(b for _, b in kept)
+
+    def table_totals(self) -> tuple[int, int, int]:
+        return len(self.sizes), sum(f for f, _ in self.sizes.values()), sum(b for _, b in self.sizes.values())
+
+    def sql(self, fact_view: str, query: Query):
+        return self.spark.sql(SQL.format(fact=fact_view, where=query.where))
+
+
+def _row(df) -> tuple:
+    return tuple(df.collect()[0])
+
+
+def _dynsource_read(bench: Bench, handle: str | None):
+    reader = bench.spark.read.format("dynsource").option("path", bench.fact)
+    return (reader.option("dynamicFilter", handle) if handle else reader).load()
+
+
+def _dynsource_measurement(bench: Bench, started: float, handle: str, result: tuple, phases: dict) -> Measurement:
+    import dynsource
+
+    seconds = time.perf_counter() - started
+    report = dynsource.scan_report(handle)
+    if not report.filtering or report.fallback_reason:
+        raise RuntimeError(f"The dynsource scan did not prune: {report.fallback_reason or 'no filtering'}")
+    phases["planning_s"] = report.planning_ms / 1000
+    return Measurement(result, seconds, report.partitions_kept, report.files_kept, report.bytes_kept,
+                       "dynsource scan report", phases)
+
+
+def dynsource_dpp(bench: Bench, query: Query) -> Measurement:
+    """End to end: collect the dimension's keys, publish them, scan with the filter, join."""
+    import dynsource
+
+    bench.spark.conf.set(DPP_CONF, "true")
+    started = time.perf_counter()
+    dimension = bench.spark.sql(f"SELECT d_date_sk FROM date_dim WHERE {query.where}")
+    handle = dynsource.collect(dimension, {star_schema.KEY: "d_date_sk"})
+    collected = time.perf_counter()
+    _dynsource_read(bench, handle).createOrReplaceTempView("store_sales_dynsource_dpp")
+    loaded = time.perf_counter()
+    result = _row(bench.sql("store_sales_dynsource_dpp", query))
+    phases = {"collect_s": collected - started, "load_s": loaded - collected, "run_s": time.perf_counter() - loaded}
+    return _dynsource_measurement(bench, started, handle, result, phases)
+
+
+def dynsource_static(bench: Bench, query: Query) -> Measurement:
+    """The scan pruned by the query's keys published beforehand: no collector job (the floor for dynsource DPP)."""
+    handle = bench.static_handle(query)
+    bench.spark.conf.set(DPP_CONF, "true")
+    started = time.perf_counter()
+    _dynsource_read(bench, handle).createOrReplaceTempView("store_sales_dynsource_static")
+    loaded = time.perf_counter()
+    result = _row(bench.sql("store_sales_dynsource_static", query))
+    phases = {"load_s": loaded - started, "run_s": time.perf_counter() - loaded}
+    return _dynsource_measurement(bench, started, handle, result, phases)
+
+
+def dynsource_full(bench: Bench, query: Query) -> Measurement:
+    """dynsource without a filter: it lists, plans and reads every partition."""
+    bench.spark.conf.set(DPP_CONF, "true")
+    started = time.perf_counter()
+    _dynsource_read(bench, None).createOrReplaceTempView("store_sales_dynsource_full")
+    loaded = time.perf_counter()
+    result = _row(bench.sql("store_sales_dynsource_full", query))
+    seconds = time.perf_counter() - started
+    partitions, files, size = bench.table_totals()
+    phases = {"load_s": loaded - started, "run_s": time.perf_counter() - loaded}
+    return Measurement(result, seconds, partitions, files, size, "every file of the table (no filter)", phases)
+
+
+def _native(dpp: bool, warm: bool) -> Callable[[Bench, Query], Measurement]:
+    def run(bench: Bench, query: Query) -> Measurement:
+        bench.spark.conf.set(DPP_CONF, str(dpp).lower())
+        started = time.perf_counter()
+        view = "store_sales_native_warm"
+        if not warm:  # a new DataFrame, as a batch job makes: Spark lists every partition directory again
+            view = "store_sales_native_cold"
+            bench.spark.read.parquet(bench.fact).createOrReplaceTempView(view)
+        df = bench.sql(view, query)
+        result = _row(df)
+        seconds = time.perf_counter() - started
+        metrics = native_scan_metrics(df, bench.fact)
+        return Measurement(result, seconds, metrics.get("numPartitions"), metrics.get("numFiles"),
+                           metrics.get("filesSize"), "Spark SQL metrics of the scan")
+
+    run.__doc__ = f"spark.read.parquet, DPP {'on' if dpp else 'off'}, {'warm' if warm else 'cold'}"
+    return run
+
+
+def native_scan_metrics(df, path: str) -> dict[str, int]:
+    """SQL metrics of the executed ``FileSourceScanExec`` that read ``path`` (files, bytes, partitions read).
+
+    Walks the executed plan through adaptive query stages, which hide their
+    plans from ``children``; works on Spark 4.0 and 4.1+.
+    """
+    scans = [node for node in _plan_nodes(df._jdf.queryExecution().executedPlan())
+             if node.getClass().getSimpleName() == "FileSourceScanExec"
+             and _scan_root(node).rstrip("/").endswith(path.rstrip("/"))]
+    if len(scans) != 1:
+        raise RuntimeError(f"Expected one Parquet scan of '{path}' in the executed plan, found {len(scans)}.")
+    metrics = scans[0].metrics()
+    names = ("numFiles", "filesSize", "numPartitions")
+    return {name: int(metrics.apply(name).value()) for name in names if metrics.contains(name)}
+
+
+def _plan_nodes(node):
+    name = node.getClass().getSimpleName()
+    if name == "AdaptiveSparkPlanExec":
+        yield from _plan_nodes(node.executedPlan())
+        return
+    if name.endswith("QueryStageExec"):
+        yield from _plan_nodes(node.plan())
+        return
+    yield node
+    children = node.children()
+    for index in range(children.size()):
+        yield from _plan_nodes(children.apply(index))
+
+
+def _scan_root(scan) -> str:
+    roots = scan.relation().location().rootPaths()
+    return roots.apply(0).toUri().getPath() if roots.size() == 1 else ""
+
+
+MODES: dict[str, Callable[[Bench, Query], Measurement]] = {
+    "dynsource DPP": dynsource_dpp,
+    "dynsource static keys": dynsource_static,
+    "dynsource no filter": dynsource_full,
+    "native DPP cold": _native(dpp=True, warm=False),
+    "native DPP warm": _native(dpp=True, warm=True),
+    "native no DPP cold": _native(dpp=False, warm=False),
+    "native no DPP warm": _native(dpp=False, warm=True),
+}
+
+
+class ResultMismatch(RuntimeError):
+    """Two modes returned different results for one query."""
+
+
+def run_benchmark(
+    spark,
+    star: star_schema.Star,
+    *,
+    queries: Sequence[Query] = QUERIES,
+    modes: Sequence[str] = tuple(MODES),
+    repeat: int = 3,
+    warmup: bool = True,
+) -> dict:
+    """Run every query in every mode, interleaved; the report as a JSON-ready dict.
+
+    Raises ``ResultMismatch`` as soon as two modes disagree on a query's result.
+    """
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise ValueError(f"Unknown mode(s) {unknown}; modes are {list(MODES)}.")
+    if repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {repeat}.")
+    bench = Bench(spark, star)
+    runs: dict[str, dict[str, list[Measurement]]] = {q.name: {m: [] for m in modes} for q in queries}
+    started = time.perf_counter()
+    results: dict[str, dict[str, tuple]] = {}
+    dpp_setting = spark.conf.get(DPP_CONF)
+    try:
+        for round_ in range(repeat + int(warmup)):
+            for query in queries:
+                for mode in modes:
+                    measurement = MODES[mode](bench, query)
+                    check_result(query, mode, measurement.result, results.setdefault(query.name, {}))
+                    if round_ >= int(warmup):
+                        runs[query.name][mode].append(measurement)
+    finally:
+        spark.conf.set(DPP_CONF, dpp_setting)
+    return _report(bench, queries, runs, repeat, time.perf_counter() - started)
+
+
+def check_result(query: Query, mode: str, result: tuple, seen: dict[str, tuple]) -> None:
+    """Record ``mode``'s ``result`` in ``seen``; raise ``ResultMismatch`` if any run of any mode returned another."""
+    for other, earlier in seen.items():
+        if earlier != result:
+            raise ResultMismatch(f"Query '{query.name}': mode '{mode}' returned {result}, mode '{other}' returned "
+                                 f"{earlier}.")
+    seen.setdefault(mode, result)
+
+
+def _report(bench: Bench, queries: Sequence[Query], runs: dict, repeat: int, total_s: float) -> dict:
+    report = {"machine": machine(bench.spark), "scale": bench.star.scale, "seed": bench.star.seed,
+              "rows": bench.star.rows, "repeat": repeat, "total_seconds": round(total_s, 1),
+              "table": dict(zip(("partitions", "files", "bytes"), bench.table_totals(), strict=True)), "queries": {}}
+    for query in queries:
+        modes = {mode: _summary(measured) for mode, measured in runs[query.name].items()}
+        partitions, files, size = bench.matching(query)
+        report["queries"][query.name] = {
+            "where": query.where, "description": query.description, "keys": len(bench.keys_of(query)),
+            "matching": {"partitions": partitions, "files": files, "bytes": size},
+            "modes": modes, "ratios": _ratios(modes, size),
+        }
+    return report
+
+
+def _summary(measured: list[Measurement]) -> dict:
+    times = [m.seconds for m in measured]
+    last = measured[-1]
+    phases = {name: round(statistics.median(m.phases[name] for m in measured), 3) for name in last.phases}
+    return {
+        "median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3), "max_s": round(max(times), 3),
+        "times_s": [round(t, 3) for t in times], "partitions": last.partitions, "files": last.files,
+        "bytes": last.bytes, "figures_from": last.source, "result": [_plain(v) for v in last.result],
+        "phases_median_s": phases,
+    }
+
+
+def _plain(value):
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def _ratios(modes: dict, matching_bytes: int) -> dict:
+    """The issue's targets: how dynsource DPP compares (a time ratio below 1 means dynsource DPP is faster)."""
+    def time_ratio(mode: str, other: str) -> float | None:
+        if mode in modes and other in modes:
+            return round(modes[mode]["median_s"] / modes[other]["median_s"], 3)
+        return None
+
+    dpp = modes.get("dynsource DPP")
+    return {
+        "dpp_bytes_over_matching": round(dpp["bytes"] / matching_bytes, 3) if dpp and matching_bytes else None,
+        "no_filter_over_dpp": (round(1 / r, 2) if (r := time_ratio("dynsource DPP", "dynsource no filter")) else None),
+        "dpp_over_native_dpp_cold": time_ratio("dynsource DPP", "native DPP cold"),
+        "dpp_over_native_dpp_warm": time_ratio("dynsource DPP", "native DPP warm"),
+        "static_over_native_dpp_warm": time_ratio("dynsource static keys", "native DPP warm"),
+    }
+
+
+def machine(spark) -> dict:
+    """What the figures were measured on."""
+    import pyarrow
+    import pyspark
+
+    memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal")), None) if Path("/proc/meminfo").exists() else None
+    return {
+        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(), "memory_gib": round(int(memory) / 2**20, 1) if memory else None,
+        "load_average": [round(x, 2) for x in os.getloadavg()], "master": spark.sparkContext.master,
+        "python": platform.python_version(), "pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__,
+        "java": spark.sparkContext._jvm.java.lang.System.getProperty("java.version"),
+    }
+
+
+def print_table(report: dict, out=sys.stdout) -> None:
+    print(f"store_sales: scale {report['scale']:g} ({report['rows']:,} rows, {report['table']['partitions']:,} "
+          f"partitions, {report['table']['bytes'] / 1e6:,.1f} MB), {report['repeat']} timed runs after a warm-up, "
+          f"machine: {report['machine']['cpus']} CPUs, {report['machine']['master']}", file=out)
+    for name, query in report["queries"].items():
+        matching = query["matching"]
+        print(f"\n{name}: {query['description']}: {query['keys']} keys, matching partitions hold "
+              f"{matching['files']} files, {matching['bytes']:,} bytes", file=out)
+        header = f"{'mode':<22} {'median s':>9} {'min-max s':>13} {'partitions':>10} {'files':>6} {'MB read':>9}"
+        print(f"  {header}  result", file=out)
+        for mode, m in query["modes"].items():
+            spread = f"{m['min_s']:.2f}-{m['max_s']:.2f}"
+            megabytes = f"{m['bytes'] / 1e6:.2f}" if m["bytes"] is not None else "?"
+            print(f"  {mode:<22} {m['median_s']:>9.2f} {spread:>13} {m['partitions']!s:>10} {m['files']!s:>6} "
+                  f"{megabytes:>9}  {m['result']}", file=out)
+        print("  ratios: " + ", ".join(f"{k}={v}" for k, v in query["ratios"].items() if v is not None), file=out)
+
+
+def draw_chart(report: dict, path: Path) -> None:
+    """Median time (bars, min-max whiskers) and bytes read (log scale) per query and mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    queries = list(report["queries"])
+    fig, axes = plt.subplots(2, len(queries), figsize=(5 * len(queries), 8), squeeze=False)
+    for column, name in enumerate(queries):
+        modes = report["queries"][name]["modes"]
+        labels = list(modes)
+        colors = [f"C{i}" for i in range(len(labels))]
+        medians = [modes[m]["median_s"] for m in labels]
+        whiskers = [[modes[m]["median_s"] - modes[m]["min_s"] for m in labels],
+                    [modes[m]["max_s"] - modes[m]["median_s"] for m in labels]]
+        time_axis, bytes_axis = axes[0][column], axes[1][column]
+        time_axis.bar(labels, medians, yerr=whiskers, color=colors, capsize=3)
+        time_axis.set_title(f"{name}: {report['queries'][name]['description']}")
+        time_axis.set_ylabel("seconds (median, min-max)")
+        bytes_axis.bar(labels, [(modes[m]["bytes"] or 0) / 1e6 for m in labels], color=colors)
+        bytes_axis.set_yscale("log")
+        bytes_axis.set_ylabel("MB read from store_sales")
+        for axis in (time_axis, bytes_axis):
+            axis.tick_params(axis="x", labelrotation=60)
+    fig.suptitle(f"dynsource vs spark.read.parquet, star schema scale {report['scale']:g} "
+                 f"({report['rows']:,} rows), {report['machine']['cpus']} CPUs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def spark_session():
+    """The benchmark's own local session: 2 cores, UTC, Python workers on this interpreter."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # A fresh filter store per run, set before the session starts so that its Python workers inherit it.
+    os.environ.setdefault("DYNSOURCE_FILTER_STORE", tempfile.mkdtemp(prefix="dynsource-bench-filters-"))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("dynsource-benchmark")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="1 = 10 million store_sales rows (default 1)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per query and mode (default 3)")
+    parser.add_argument("--queries", default=",".join(q.name for q in QUERIES),
+                        help=f"comma-separated subset of {[q.name for q in QUERIES]}")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {list(MODES)}")
+    parser.add_argument("--data", type=Path, default=star_schema.DEFAULT_DATA_DIR, help="generated data cache")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON and the chart")
+    parser.add_argument("--no-chart", action="store_true", help="skip the PNG (no matplotlib needed)")
+    parser.add_argument("--curves", action="store_true", help="run the scale curves instead (benchmarks/curves.py)")
+    args = parser.parse_args(argv)
+    if args.curves:
+        from benchmarks import curves
+
+        curves.main(["--out", str(args.out)])
+        return
+    by_name = {q.name: q for q in QUERIES}
+    unknown = [name for name in args.queries.split(",") if name not in by_name]
+    if unknown:
+        parser.error(f"--queries: unknown {unknown}; queries are {list(by_name)}")
+    star = star_schema.generate(args.scale, args.seed, args.data)
+    spark = spark_session()
+    try:
+        report = run_benchmark(spark, star, queries=[by_name[n] for n in args.queries.split(",")],
+                               modes=args.modes.split(","), repeat=args.repeat)
+    finally:
+        spark.stop()
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"star-scale{args.scale:g}"
+    Path(f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print_table(report)
+    if not args.no_chart:
+        draw_chart(report, Path(f"{stem}.png"))
+    print(f"\nwrote {stem}.json" + ("" if args.no_chart else f" and {stem}.png"))
+
+
+if __name__ == "__main__":
+    main()

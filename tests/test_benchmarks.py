@@ -1,0 +1,101 @@
+"""The benchmark: its data generator, and a smoke run of the real runner at scale 0.01 so that it cannot rot."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+from decimal import Decimal
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks import run, star
+
+
+@pytest.fixture(scope="module")
+def small_star(tmp_path_factory):
+    return star.generate(0.01, seed=7, data_dir=tmp_path_factory.mktemp("bench"))
+
+
+def test_date_dim_is_tpcds_like():
+    table = star.date_dim_table()
+    assert table.num_rows == 1826
+    first, last = table.slice(0, 1).to_pylist()[0], table.slice(1825).to_pylist()[0]
+    assert (first["d_date_sk"], first["d_date"]) == (2450815, datetime.date(1998, 1, 1))
+    assert (last["d_date_sk"], last["d_date"]) == (2450815 + 1825, datetime.date(2002, 12, 31))
+    holidays_2000 = table.filter(pc.and_(pc.equal(table["d_year"], 2000), pc.equal(table["d_holiday"], "Y")))
+    assert holidays_2000.column("d_date").to_pylist() == [
+        datetime.date(2000, 1, 1), datetime.date(2000, 5, 29), datetime.date(2000, 7, 4),
+        datetime.date(2000, 9, 4), datetime.date(2000, 11, 23), datetime.date(2000, 12, 25),
+    ]
+    following = table.filter(pc.equal(table["d_following_holiday"], "Y")).column("d_date").to_pylist()
+    assert datetime.date(2000, 12, 26) in following and len(following) == 6 * 5
+    weekend = table.filter(pc.equal(table["d_weekend"], "Y")).column("d_date").to_pylist()
+    assert {d.weekday() for d in weekend} == {5, 6}
+
+
+def test_prices_are_exact_decimals_of_cents():
+    assert star._cents(np.array([0, 1, 12345, -1, -10_000, 20_000])).to_pylist() == [
+        Decimal("0.00"), Decimal("0.01"), Decimal("123.45"), Decimal("-0.01"), Decimal("-100.00"), Decimal("200.00"),
+    ]
+
+
+def test_store_sales_is_partitioned_with_null_keys_and_cached(small_star):
+    sales = ds.dataset(small_star.store_sales, partitioning="hive").to_table()
+    assert sales.num_rows == small_star.rows == 100_000
+    nulls = sales.column(star.KEY).null_count
+    assert 50 <= nulls <= 150  # about 0.1%
+    assert (small_star.store_sales / f"{star.KEY}={star.NULL_PARTITION}").is_dir()
+    sizes = star.partition_sizes(small_star.store_sales)
+    assert len(sizes) == 1827 and {files for files, _ in sizes.values()} == {1}
+    # The key lives in the directory names only, as Spark writes a partitioned table.
+    assert star.KEY not in pq.read_schema(next(small_star.store_sales.glob("*/part-0.parquet"))).names
+    marker = small_star.root / "manifest.json"
+    written = marker.stat().st_mtime_ns
+    assert star.generate(0.01, seed=7, data_dir=small_star.root.parent) == small_star
+    assert marker.stat().st_mtime_ns == written
+
+
+def test_generation_is_deterministic_per_seed():
+    assert star.store_sales_table(1000, seed=3).equals(star.store_sales_table(1000, seed=3))
+    assert not star.store_sales_table(1000, seed=3).equals(star.store_sales_table(1000, seed=4))
+
+
+def test_a_result_differing_between_modes_fails_the_run():
+    seen: dict[str, tuple] = {}
+    query = run.QUERIES[0]
+    run.check_result(query, "native DPP cold", (1708, Decimal("1.00")), seen)
+    run.check_result(query, "dynsource DPP", (1708, Decimal("1.00")), seen)
+    with pytest.raises(run.ResultMismatch, match="'dynsource no filter' returned \\(1707"):
+        run.check_result(query, "dynsource no filter", (1707, Decimal("1.00")), seen)
+
+
+def test_smoke_run_all_modes_agree_and_dpp_reads_only_matching_partitions(spark, small_star):
+    # One query keeps the test short: each full-table mode reads 1,827 files.
+    report = run.run_benchmark(spark, small_star, queries=run.QUERIES[:1], repeat=1, warmup=False)
+
+    assert set(report["queries"]) == {"month"}
+    for name, query in report["queries"].items():
+        modes = query["modes"]
+        assert set(modes) == set(run.MODES)
+        assert len({tuple(m["result"]) for m in modes.values()}) == 1, name
+        assert modes["dynsource DPP"]["result"][0] > 0
+        matching = query["matching"]
+        assert matching["partitions"] == query["keys"] == 31
+        for mode in ("dynsource DPP", "dynsource static keys", "native DPP cold", "native DPP warm"):
+            figures = (modes[mode]["partitions"], modes[mode]["files"], modes[mode]["bytes"])
+            assert figures == (matching["partitions"], matching["files"], matching["bytes"]), (name, mode)
+        assert query["ratios"]["dpp_bytes_over_matching"] == 1.0
+        # Without pruning both readers read the whole table (Spark skips the null partition: the join drops it).
+        table = report["table"]
+        assert modes["dynsource no filter"]["bytes"] == table["bytes"]
+        _, null_bytes = star.partition_sizes(small_star.store_sales)[None]
+        assert modes["native no DPP cold"]["bytes"] == table["bytes"] - null_bytes
+    printed = io.StringIO()
+    run.print_table(json.loads(json.dumps(report)), out=printed)
+    assert "dynsource DPP" in printed.getvalue() and "native no DPP warm" in printed.getvalue()
+    assert spark.conf.get(run.DPP_CONF) == "true"
