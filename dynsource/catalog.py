@@ -149,6 +149,9 @@ def register_table(
         Drop an existing table of that name first; otherwise it is an error.
     **options
         More reader options of ``DynsourceDataSource`` (``format``, ``partitionColumns``...).
+        ``storageOptions`` (credentials, endpoint of an object store) may be a
+        mapping or its JSON; it is stored in the definition, which therefore
+        holds any secret it contains: keep the definitions location private.
 
     Returns
     -------
@@ -166,7 +169,7 @@ def register_table(
     >>> dynsource.drop_table(spark, "prices")
     """
     table = qualified_name(spark, name)
-    stored = _canonical({"path": _absolute(path), **{key: str(value) for key, value in options.items()}})
+    stored = _canonical({"path": _absolute(path), **{key: _option_text(value) for key, value in options.items()}})
     if "dynamicFilter" in stored:
         raise ValueError("Option 'dynamicFilter' belongs to a query, not a table: pass it with WITH (...) instead.")
     reader = DynsourceDataSource(stored)  # validates the options before anything changes
@@ -314,6 +317,11 @@ def _canonical(options: Mapping[str, str]) -> dict[str, str]:
     # Stored under their documented names, so that a lookup such as options["path"] needs no case folding.
     names = {field.name.lower(): field.name for field in dataclasses.fields(ScanOptions)}
     return {names.get(key.lower(), key): value for key, value in options.items()}
+
+
+def _option_text(value: Any) -> str:
+    # Reader options are strings; a mapping (storageOptions) is stored as the JSON the reader parses.
+    return json.dumps(dict(value)) if isinstance(value, Mapping) else str(value)
 
 
 def _absolute(path: str) -> str:

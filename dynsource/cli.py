@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> None:
     explain = commands.add_parser("explain", help="print the pruning report of the last scan that used a handle")
     explain.add_argument("handle", help="a filter handle, as returned by dynsource.collect() or publish()")
     explain.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
+    explain.add_argument("--store-options", metavar="JSON",
+                         help="fsspec storage options of the store as a JSON object (credentials, endpoint)")
     expire = commands.add_parser(
         "expire", help="remove the filter handles unused for a while, with their markers and scan reports",
         description="Remove every handle of the filter store that nothing published, resolved or reported for "
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
 
         run(args.data)
     elif args.command == "explain":
-        _explain(args.handle, args.store)
+        _explain(args.handle, args.store, args.store_options)
     elif args.command == "expire":
         _expire(args.older_than, args.store, args.store_options)
     else:
@@ -125,11 +127,12 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return pairs
 
 
-def _explain(handle: str, store: str | None) -> None:
+def _explain(handle: str, store: str | None, store_options: str | None) -> None:
     from dynsource.report import scan_report
+    from dynsource.storage import StorageOptions
 
     try:
-        report = scan_report(handle, store)
+        report = scan_report(handle, store, storage_options=StorageOptions.parse("--store-options", store_options))
     except (LookupError, ValueError) as error:
         sys.exit(f"dynsource explain: {error}")
     width = max(len(field.name) for field in dataclasses.fields(report))

@@ -14,6 +14,7 @@ import logging
 import operator
 import threading
 from collections.abc import Collection, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +47,7 @@ def collect(
     fpp: float = DEFAULT_FPP,
     kinds: Collection[str] = KINDS,
     store: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     wait: bool = True,
 ) -> str:
     """Collect the distinct join keys of ``df`` and publish them; return the filter handle.
@@ -84,6 +86,10 @@ def collect(
         The grades allowed; leave one out to skip it (an empty collection always exceeds).
     store : str, optional
         Filter store URL; default ``$DYNSOURCE_FILTER_STORE`` or the local cache.
+    storage_options : mapping, optional
+        fsspec options of the store (credentials, endpoint...), e.g. for ``s3://``
+        ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``;
+        readers pass the same as ``filterStoreOptions`` (or ``storageOptions``).
     wait : bool, default True
         False returns the handle at once and collects in a background thread of
         the driver (FLIP-248 orders the dimension before the scan; this lets them
@@ -102,23 +108,24 @@ def collect(
         )
 
     if wait:
-        return filter_store.publish(compute(), store)
+        return filter_store.publish(compute(), store, storage_options=storage_options)
     _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
     _project(df, keys, types)  # bad key columns fail here, not in the background
-    handle = filter_store.reserve(store)
-    threading.Thread(target=_publish_later, args=(handle, compute, store), name=f"dynsource-{handle}",
+    handle = filter_store.reserve(store, storage_options=storage_options)
+    threading.Thread(target=_publish_later, args=(handle, compute, store, storage_options), name=f"dynsource-{handle}",
                      daemon=True).start()
     return handle
 
 
-def _publish_later(handle: str, compute, store: str | None) -> None:
+def _publish_later(handle: str, compute, store: str | None, storage_options: Mapping[str, Any] | None) -> None:
     try:
         data = compute()
     except Exception as error:  # whatever went wrong, readers must learn it instead of waiting in vain
         log.warning("dynsource: collecting dynamic filter %s failed: %s", handle, error)
-        filter_store.publish_failure(handle, f"{type(error).__name__}: {error}", store)
+        filter_store.publish_failure(handle, f"{type(error).__name__}: {error}", store,
+                                     storage_options=storage_options)
         return
-    filter_store.publish(data, store, handle=handle)
+    filter_store.publish(data, store, handle=handle, storage_options=storage_options)
 
 
 def collect_data(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -12,20 +12,27 @@ import pyarrow.fs as pafs
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from dynsource import storage
 from dynsource.planner import FileSplit
 from dynsource.pushdown import RowGroupFilter
 from dynsource.rowfilter import RowFilter
 
 
-def open_table(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem and in-filesystem root of a table URL (a plain path is a local URL)."""
+def open_table(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem (opened with ``storage_options``) and in-filesystem root of a table URL.
+
+    A plain path is a local URL.
+    """
     try:
-        fs, root = fsspec.core.url_to_fs(url)
+        fs, root = storage.filesystem(url, storage_options)
     except (ValueError, ImportError) as error:  # an unknown protocol, or its package is not installed
         raise ValueError(
             f"Option 'path' = {url!r} cannot be opened: {error}. Expected a local path or an fsspec URL of an "
             "installed filesystem (file://, memory://, s3:// with s3fs...)."
         ) from None
+    # fsspec shares one instance per URL kind and options, and s3fs-like ones cache listings in it: a reused
+    # Python worker would otherwise plan a later query with partitions listed before the table changed.
+    fs.invalidate_cache()
     return fs, root
 
 

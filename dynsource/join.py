@@ -10,6 +10,7 @@ they run as the plain join and the report says why.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from pyspark.sql import DataFrame
 from dynsource import catalog, collector, files, partitions, report
 from dynsource import store as filter_store
 from dynsource.filtering import DynamicFilteringData
+from dynsource.options import ScanOptions
 
 _JOIN_TYPES = {
     "inner": "inner",
@@ -81,24 +83,28 @@ def dynamic_join(
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
     spark = dim.sparkSession
     base_options = dict(options or {})
-    fact_path = fact if _is_path(fact) else catalog.load_definition(spark, fact).path
+    stored = {"path": fact} if _is_path(fact) else catalog.load_definition(spark, fact).options
+    fact_options = ScanOptions.parse(catalog.merge_options(stored, base_options))
     fact_df = _read(spark, fact, base_options)
-    handle, reason, store = None, None, None
+    handle, reason, store, store_options = None, None, None, None
     if join_type not in _PRUNING:
         reason = f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned"
     else:
         dim = dim if dim.is_cached else dim.cache()
         types = {field: fact_df.schema[field].dataType.simpleString() for field, _ in pairs}
         store = collect_options.pop("store", None)
+        store_options = collect_options.pop("storage_options", None)
         data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
-        handle = filter_store.publish(data, store)
-        reason = _no_benefit(fact_path, data, types, fallback_filter_ratio)
+        handle = filter_store.publish(data, store, storage_options=store_options)
+        reason = _no_benefit(fact_options, data, types, fallback_filter_ratio)
         if reason is None:
-            filtered = {**base_options, "dynamicFilter": handle, **({"filterStore": store} if store else {})}
+            filtered = {**base_options, "dynamicFilter": handle, **({"filterStore": store} if store else {}),
+                        **({"filterStoreOptions": json.dumps(dict(store_options))} if store_options else {})}
             fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
     condition = functools.reduce(lambda a, b: a & b, [fact_df[f] == dim[d] for f, d in pairs])
     joined = fact_df.join(dim, condition, join_type)
-    report.record_join(joined, fact=fact, handle=handle if reason is None else None, reason=reason, store=store)
+    report.record_join(joined, fact=fact, handle=handle if reason is None else None, reason=reason, store=store,
+                       storage_options=store_options)
     return joined
 
 
@@ -116,15 +122,15 @@ def _is_path(fact: str) -> bool:
     return "/" in fact or "://" in fact or "\\" in fact
 
 
-def _no_benefit(path: str, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
-    """Why filtering would not pay, judged on the top-level partitions of the fact at ``path``; None when it does.
+def _no_benefit(fact: ScanOptions, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
+    """Why filtering would not pay, judged on the top-level partitions of the fact table; None when it does.
 
     One listing of the table's root is all it costs; a filter that does not
     constrain the first partition column is assumed to pay.
     """
     if not data.is_filtering:
         return None  # an exceeded filter reads everything anyway, and the scan report says so
-    fs, root = files.open_table(path)
+    fs, root = files.open_table(fact.path, fact.storageOptions)
     names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)]
     parsed = [p for p in map(partitions.parse_directory_name, names) if p is not None]
     if not parsed or parsed[0][0] not in types:

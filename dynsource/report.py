@@ -13,12 +13,13 @@ import dataclasses
 import json
 import logging
 import weakref
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
-import fsspec
 from pyspark.sql import DataFrame
 
-from dynsource import store
+from dynsource import storage, store
 
 log = logging.getLogger(__name__)
 
@@ -97,17 +98,21 @@ class ScanReport:
         return f"; {rows} filtered in the read tasks by data column(s) {list(self.data_columns)}"
 
 
-def save(report: ScanReport, filter_store: str | None) -> None:
-    store.put(_name(report.handle), json.dumps(asdict(report)).encode(), filter_store)
+def save(report: ScanReport, filter_store: str | None, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    store.put(_name(report.handle), json.dumps(asdict(report)).encode(), filter_store, storage_options=storage_options)
 
 
-def save_task(handle: str, scan_id: str, task: int, counts: ReadCounts, filter_store: str | None) -> None:
+def save_task(
+    handle: str, scan_id: str, task: int, counts: ReadCounts, filter_store: str | None, *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Record the figures of one read task.
 
     Named by the task's InputPartition index, so a retried task or a second
     action on the same DataFrame replaces its figures instead of adding to them.
     """
-    store.put(f"{_task_directory(handle, scan_id)}/{task}.json", json.dumps(asdict(counts)).encode(), filter_store)
+    store.put(f"{_task_directory(handle, scan_id)}/{task}.json", json.dumps(asdict(counts)).encode(), filter_store,
+              storage_options=storage_options)
 
 
 @dataclass(frozen=True)
@@ -116,19 +121,26 @@ class _Join:
     handle: str | None
     reason: str | None
     store: str | None
+    storage_options: Mapping[str, Any] | None = None
 
 
 _joins: weakref.WeakKeyDictionary[DataFrame, _Join] = weakref.WeakKeyDictionary()
 
 
-def record_join(df: DataFrame, *, fact: str, handle: str | None, reason: str | None, store: str | None) -> None:
+def record_join(
+    df: DataFrame, *, fact: str, handle: str | None, reason: str | None, store: str | None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Remember what :func:`dynsource.dynamic_join` did for ``df``: pruned with ``handle``, or not, and why."""
-    _joins[df] = _Join(fact, handle, reason, store)
+    _joins[df] = _Join(fact, handle, reason, store, storage_options)
 
 
-def scan_report(target: str | DataFrame, store_url: str | None = None) -> ScanReport:
+def scan_report(
+    target: str | DataFrame, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
+) -> ScanReport:
     """The report of the last scan that used a handle, or of a DataFrame made by ``dynamic_join``.
 
+    ``storage_options`` are the fsspec options of the filter store ``store_url``.
     Raises ``LookupError`` when no scan has used the handle yet (run a query first).
     """
     if isinstance(target, DataFrame):
@@ -140,26 +152,31 @@ def scan_report(target: str | DataFrame, store_url: str | None = None) -> ScanRe
                               filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,
                               bytes_kept=None, listings=None, input_partitions=None, planning_ms=None,
                               fallback_reason=join.reason)
-        return _handle_report(join.handle, join.store or store_url)
-    return _handle_report(target, store_url)
+        if join.store:
+            return _handle_report(join.handle, join.store, join.storage_options)
+        return _handle_report(join.handle, store_url, storage_options)
+    return _handle_report(target, store_url, storage_options)
 
 
-def _handle_report(handle: str, store_url: str | None) -> ScanReport:
+def _handle_report(handle: str, store_url: str | None, storage_options: Mapping[str, Any] | None) -> ScanReport:
     store.validate_handle(handle)
     try:
-        fields = json.loads(store.get(_name(handle), store_url))
+        fields = json.loads(store.get(_name(handle), store_url, storage_options=storage_options))
     except FileNotFoundError:
         raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.") from None
     report = ScanReport(**{**fields, "data_columns": tuple(fields.get("data_columns", ()))})
     if report.scan_id is None:
         return report
-    tasks = _task_counts(handle, report.scan_id, store_url)
+    tasks = _task_counts(handle, report.scan_id, store_url, storage_options)
     totals = {name: sum(getattr(task, name) for task in tasks) for name in asdict(ReadCounts())}
     return dataclasses.replace(report, tasks_reported=len(tasks), **totals)
 
 
-def _task_counts(handle: str, scan_id: str, store_url: str | None) -> list[ReadCounts]:
-    fs, root = fsspec.core.url_to_fs(store_url or store.default_store())
+def _task_counts(
+    handle: str, scan_id: str, store_url: str | None, storage_options: Mapping[str, Any] | None
+) -> list[ReadCounts]:
+    fs, root = storage.filesystem(store_url or store.default_store(), storage_options)
+    fs.invalidate_cache()  # tasks kept writing their figures since this process may have listed them
     directory = f"{root.rstrip('/')}/{_task_directory(handle, scan_id)}"
     try:
         names = fs.ls(directory, detail=False)

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from dynsource import store, types
 from dynsource.filtering import DynamicFilteringData
 from dynsource.report import ReadCounts
+from dynsource.storage import NO_OPTIONS, StorageOptions
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class RowFilterSpec:
     data_columns: tuple[tuple[str, str], ...]
     mask_columns: tuple[str, ...]
     filter_rows: bool
+    storage_options: StorageOptions = NO_OPTIONS  # the store's, so that every worker can reach it
     digest: str = ""  # of the payload the scan was planned with: a worker applies that one or none
 
 
@@ -66,6 +68,7 @@ def plan_row_filter(
     *,
     handle: str,
     filter_store: str | None,
+    filter_store_options: StorageOptions = NO_OPTIONS,
     scan_id: str,
     max_keys: int,
     on_error: str,
@@ -105,6 +108,7 @@ def plan_row_filter(
         data_columns=tuple((column, column_types[column]) for column in data_columns),
         mask_columns=tuple(mask_columns),
         filter_rows=len(data) <= max_keys,
+        storage_options=filter_store_options,
         digest=data.digest,
     )
     return spec, None
@@ -124,7 +128,7 @@ def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
     if spec is None:
         return None
     try:
-        resolved = _resolve(spec.store or store.default_store(), spec.handle, spec.digest)
+        resolved = _resolve(spec.store or store.default_store(), spec.handle, spec.storage_options, spec.digest)
     except (LookupError, ValueError, OSError) as error:
         log.warning("dynsource: dynamic filter '%s' cannot be resolved in this worker, reading rows unfiltered: %s",
                     spec.handle, error)
@@ -136,10 +140,10 @@ def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
 
 
 @functools.lru_cache(maxsize=_RESOLVED_CACHE_SIZE)
-def _resolve(store_url: str, handle: str, digest: str) -> _ResolvedFilter:
+def _resolve(store_url: str, handle: str, storage_options: StorageOptions, digest: str) -> _ResolvedFilter:
     # Python workers are reused across tasks: resolve (read, verify, parse) each payload once per process.
     # Keyed by the planned payload's digest too: a reserved handle published again must not hit an older entry.
-    data = store.resolve(handle, store_url)
+    data = store.resolve(handle, store_url, storage_options=storage_options)
     if data.digest != digest:
         raise ValueError(f"dynamic filter '{handle}' was published again after the scan was planned")
     return _ResolvedFilter(data)

@@ -67,6 +67,16 @@ class DynsourceDataSource(DataSource):
         and the reason; ``fail`` raises.
     filterStore : str, default ``$DYNSOURCE_FILTER_STORE`` or ``~/.cache/dynsource/filters``
         fsspec directory the handle was published in (the ``store=`` of ``collect``/``publish``).
+    storageOptions : str, default none
+        JSON object of fsspec storage options for ``path``: credentials, endpoint,
+        region... (the filesystem's keyword arguments, like ``storage_options`` in
+        pandas). For ``s3://`` (needs ``s3fs``):
+        ``{"key": "...", "secret": "...", "client_kwargs": {"endpoint_url": "http://host:9000"}}``.
+        Like Spark's per-scheme Hadoop settings, they also apply to a filter store
+        on the same kind of filesystem as ``path`` (both ``s3://``).
+    filterStoreOptions : str, default ``storageOptions`` for a store of the same kind as ``path``, else none
+        JSON object of fsspec storage options for ``filterStore`` (the
+        ``storage_options=`` of ``collect``/``publish``), when they differ from the table's.
     partitionColumns : str, default inferred
         DDL of partition column types, e.g. ``"ss_sold_date_sk BIGINT"``;
         unnamed columns are inferred like Spark does.
@@ -117,7 +127,7 @@ class DynsourceDataSource(DataSource):
         self.scan_options = ScanOptions.parse(options)
 
     def schema(self) -> StructType:
-        fs, root = files.open_table(self.scan_options.path)
+        fs, root = files.open_table(self.scan_options.path, self.scan_options.storageOptions)
         listing = PartitionEnumerator(fs, root).enumerate()
         return table_schema(listing, fs, self.scan_options)
 
@@ -141,7 +151,7 @@ class DynsourceReader(DataSourceReader):
         if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
             return
         plan: planner.SplitPlan = partition.value
-        fs = files.arrow_filesystem(files.open_table(self.options.path)[0])
+        fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storageOptions)[0])
         target = read_arrow_schema(self.schema)
         row_filter = rowfilter.open_row_filter(plan.row_filter)
         try:
@@ -182,7 +192,8 @@ class PushdownReader(DynsourceReader):
 def _report_task(plan: planner.SplitPlan, row_filter: rowfilter.RowFilter) -> None:
     spec = row_filter.spec
     try:
-        report.save_task(spec.handle, spec.scan_id, plan.index, row_filter.counts, spec.store)
+        report.save_task(spec.handle, spec.scan_id, plan.index, row_filter.counts, spec.store,
+                         storage_options=spec.storage_options)
     except OSError as error:
         log.warning("dynsource: could not save the read figures of '%s': %s", spec.handle, error)
 
@@ -226,7 +237,7 @@ def plan_scan(
 ) -> list[InputPartition]:
     """Enumerate (pruning with the pushed and the dynamic filter if any), then pack the kept files."""
     started = time.perf_counter()
-    fs, root = files.open_table(options.path)
+    fs, root = files.open_table(options.path, options.storageOptions)
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
     column_types = read_column_types(options, schema)
     enumerator = DynamicPartitionEnumerator(
@@ -247,6 +258,7 @@ def plan_scan(
     if enumerator.data is not None:  # None also when the enumerator set the filter aside
         row_filter, rows_unusable = rowfilter.plan_row_filter(
             data, listing.columns, schema_types, handle=options.dynamicFilter, filter_store=options.filterStore,
+            filter_store_options=options.store_options,
             scan_id=scan_id, max_keys=options.rowFilterMaxKeys, on_error=options.dynamicFilterOnError,
         )
     input_partitions = planner.plan(
@@ -272,7 +284,9 @@ def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str
     if not options.dynamicFilter or not options.dynamicFilteringEnabled:
         return None, None
     try:
-        return store.resolve(options.dynamicFilter, options.filterStore, wait_ms=options.dynamicFilterWaitMs), None
+        data = store.resolve(options.dynamicFilter, options.filterStore, wait_ms=options.dynamicFilterWaitMs,
+                             storage_options=options.store_options)
+        return data, None
     except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
         if options.dynamicFilterOnError == "fail":
             raise
@@ -332,6 +346,6 @@ def _report(
     )
     scan.log()
     try:
-        report.save(scan, options.filterStore)
+        report.save(scan, options.filterStore, storage_options=options.store_options)
     except (OSError, ValueError) as error:  # ValueError: a malformed handle, read unfiltered under 'fallback'
         log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamicFilter, error)

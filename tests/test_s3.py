@@ -1,0 +1,217 @@
+"""dynsource on an object store: a real S3 API server (moto's server mode) on loopback, reached through s3fs.
+
+The server listens on a port chosen at start and known only through the storage
+options, so every request it receives from Spark's Python workers proves that the
+endpoint and credentials travelled in ``storageOptions`` / ``storage_options``
+(no ``AWS_*`` variable names it). It counts the LIST requests per bucket on the
+server side, because planning lists the table in a Spark worker process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import Counter
+from urllib.parse import parse_qs
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import s3fs
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from moto.server import ThreadedMotoServer
+from werkzeug.serving import make_server
+
+import dynsource
+from dynsource import DynamicFilteringData
+from dynsource.options import ScanOptions
+from tests.helpers import read, rows
+
+TABLE_BUCKET, STORE_BUCKET = "tables", "filters"
+REGIONS = ("east", "north", "west")
+DAYS = range(1, 21)  # 3 regions x 20 days: 60 partitions on two levels
+LEVELS = 2
+# Besides one LIST per kept directory of each level: the table root's info() and the root's own listing.
+LIST_OVERHEAD = 2
+SCHEMA = "id bigint, amount double, region string, day int"
+COLUMNS = ("id", "amount", "region", "day")
+
+
+class CountingMotoServer(ThreadedMotoServer):
+    """moto's threaded S3 server that records the method, bucket and query of every request it serves."""
+
+    def __init__(self) -> None:
+        super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
+        self.requests: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()
+
+    def _server_entry(self) -> None:
+        # ThreadedMotoServer._server_entry with the WSGI app wrapped: moto has no public per-request hook.
+        app = DomainDispatcherApplication(create_backend_app)
+
+        def recording(environ, start_response):
+            bucket = environ.get("PATH_INFO", "/").lstrip("/").split("/", 1)[0]
+            with self._lock:
+                self.requests.append((environ["REQUEST_METHOD"], bucket, environ.get("QUERY_STRING", "")))
+            return app(environ, start_response)
+
+        self._server = make_server(self._ip_address, self._port, recording, True, request_handler=MotoRequestHandler)
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+    def lists(self, bucket: str) -> int:
+        """LIST (ListObjects/ListObjectsV2) requests served so far on ``bucket``."""
+        with self._lock:
+            return sum(1 for method, name, query in self.requests
+                       if method == "GET" and name == bucket and _is_list(query))
+
+    def requests_on(self, bucket: str) -> Counter:
+        with self._lock:
+            return Counter(method for method, name, _ in self.requests if name == bucket)
+
+
+def _is_list(query: str) -> bool:
+    parameters = parse_qs(query, keep_blank_values=True)
+    return "list-type" in parameters or "prefix" in parameters or "delimiter" in parameters
+
+
+@pytest.fixture(scope="module")
+def s3():
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not one line per request
+    server = CountingMotoServer()
+    server.start()
+    host, port = server.get_host_and_port()
+    options = {
+        "key": "testing-key-id",
+        "secret": "testing-secret",
+        "client_kwargs": {"endpoint_url": f"http://{host}:{port}", "region_name": "us-east-1"},
+    }
+    client = boto3.client("s3", aws_access_key_id=options["key"], aws_secret_access_key=options["secret"],
+                          **options["client_kwargs"])
+    for bucket in (TABLE_BUCKET, STORE_BUCKET):
+        client.create_bucket(Bucket=bucket)
+    yield server, options
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def table(s3, tmp_path_factory):
+    """The same 60-partition table in S3 (written by pyarrow through s3fs) and in a local directory."""
+    _, options = s3
+    fs = s3fs.S3FileSystem(**options)
+    data = pa.table({
+        "id": pa.array(range(2 * len(REGIONS) * len(DAYS)), pa.int64()),
+        "amount": pa.array([i * 0.5 for i in range(2 * len(REGIONS) * len(DAYS))]),
+        "region": [region for region in REGIONS for _ in DAYS for _ in range(2)],
+        "day": pa.array([day for _ in REGIONS for day in DAYS for _ in range(2)], pa.int32()),
+    })
+    local = tmp_path_factory.mktemp("s3-table-copy") / "sales"
+    pq.write_to_dataset(data, str(local), partition_cols=["region", "day"])
+    pq.write_to_dataset(data, f"{TABLE_BUCKET}/sales", partition_cols=["region", "day"], filesystem=fs)
+    return f"s3://{TABLE_BUCKET}/sales", str(local)
+
+
+@pytest.fixture(scope="module")
+def registered(spark, table, s3, tmp_path_factory):
+    _, options = s3
+    url, _ = table
+    dynsource.register_table(spark, "s3_sales", path=url, storageOptions=options,
+                             definitions=str(tmp_path_factory.mktemp("s3-definitions")))
+    yield "s3_sales"
+    dynsource.drop_table(spark, "s3_sales")
+
+
+@pytest.fixture(scope="module")
+def expected_rows(spark, table):
+    """Every row of the table, as spark.read.parquet reads the local copy."""
+    _, local = table
+    return rows(spark.read.parquet(local).select(*COLUMNS))
+
+
+def test_filter_store_on_s3_round_trips_with_storage_options(s3):
+    server, options = s3
+    data = DynamicFilteringData([("day", "int")], [(3,), (7,)])
+    store = f"s3://{STORE_BUCKET}/round-trip"
+    before = server.requests_on(STORE_BUCKET)["PUT"]
+    handle = dynsource.publish(data, store, storage_options=options)
+    assert server.requests_on(STORE_BUCKET)["PUT"] > before
+    assert dynsource.resolve(handle, store, storage_options=options) == data
+
+
+def test_storage_options_are_a_json_object_and_their_secrets_stay_hidden(s3):
+    _, options = s3
+    parsed = ScanOptions.parse({"path": "s3://tables/sales", "storageoptions": json.dumps(options)})
+    assert dict(parsed.storageOptions) == options
+    assert options["secret"] not in repr(parsed) and options["key"] not in repr(parsed)
+    assert options["client_kwargs"]["endpoint_url"] in repr(parsed)  # not a secret: shown for diagnosis
+    for text, expected in [('{"secret": "s3cr3t"', "not valid JSON"), ('["s3cr3t"]', "JSON list, not an object")]:
+        with pytest.raises(ValueError, match=f"Option 'storageOptions' is (a )?{expected}") as error:
+            ScanOptions.parse({"path": "s3://tables/sales", "storageOptions": text})
+        assert "s3cr3t" not in str(error.value)
+    with pytest.raises(ValueError, match="Option 'filterStoreOptions' is a JSON int"):
+        ScanOptions.parse({"path": "s3://tables/sales", "filterStoreOptions": "3"})
+
+
+def test_s3_reads_equal_spark_read_parquet_and_list_only_kept_partitions(spark, s3, table, registered, expected_rows):
+    server, options = s3
+    url, _ = table
+    # Nothing in the environment, which Spark's workers inherit, points at the loopback server: only the options do.
+    assert not [name for name in os.environ if name.startswith("AWS_ENDPOINT_URL")]
+    store = f"s3://{STORE_BUCKET}/handles"
+
+    def scan(df) -> tuple[list, int]:
+        """The rows of ``df`` and the LIST requests on the table's bucket that reading it cost."""
+        before = server.lists(TABLE_BUCKET)
+        got = rows(df.select(*COLUMNS))
+        return got, server.lists(TABLE_BUCKET) - before
+
+    # Two of 60 partitions, in SQL on the registered table, with a handle collected by Spark into the s3:// store.
+    # filterStoreOptions is not given: the s3:// store beside the s3:// table takes the table's storageOptions.
+    dim = spark.createDataFrame([("west", 4), ("west", 17)], "region string, day int")
+    two = dynsource.collect(dim, {"region": "region", "day": "day"}, store=store, storage_options=options)
+    got_two, lists_two = scan(spark.sql(
+        f"SELECT * FROM {registered} WITH ('dynamicFilter' = '{two}', 'filterStore' = '{store}')"))
+    # Thirty of 60 (all regions), through the reader's options.
+    keys = [(region, day) for region in REGIONS for day in range(1, 11)]
+    thirty = dynsource.publish(DynamicFilteringData([("region", "string"), ("day", "int")], keys), store,
+                               storage_options=options)
+    got_thirty, lists_thirty = scan(read(spark, url, SCHEMA, storageOptions=json.dumps(options),
+                                         dynamicFilter=thirty, filterStore=store))
+    got_all, lists_all = scan(spark.table(registered))
+
+    assert got_two == [row for row in expected_rows if (row.region, row.day) in {("west", 4), ("west", 17)}]
+    assert got_thirty == [row for row in expected_rows if (row.region, row.day) in set(keys)]
+    assert got_all == expected_rows and len(got_all) == 2 * 60
+    for handle, kept, regions in [(two, 2, 1), (thirty, 30, 3)]:
+        report = dynsource.scan_report(handle, store, storage_options=options)
+        assert (report.partitions_kept, report.filtering, report.listings) == (kept, True, 1 + regions + kept)
+    # One LIST per kept directory of each level, plus the root's: pruned directories are never listed.
+    assert 2 + 1 <= lists_two <= 2 + LEVELS + LIST_OVERHEAD
+    assert 30 + 3 <= lists_thirty <= 30 + len(REGIONS) + LIST_OVERHEAD
+    assert 60 + 3 <= lists_all <= 60 + len(REGIONS) + LIST_OVERHEAD
+    print(f"S3 LIST requests on the table: 2 of 60 partitions kept -> {lists_two}, 30 -> {lists_thirty}, "
+          f"all 60 -> {lists_all}")
+
+
+def test_filter_store_options_are_used_for_the_store(spark, s3, table):
+    _, options = s3
+    url, _ = table
+    store = f"s3://{STORE_BUCKET}/separate"
+    handle = dynsource.publish(DynamicFilteringData([("day", "int")], [(5,)]), store, storage_options=options)
+    # A store endpoint nothing listens on, tried once; the table's own options would have reached the store.
+    unreachable = {**options, "client_kwargs": {**options["client_kwargs"], "endpoint_url": "http://127.0.0.1:9"},
+                   "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}
+    reads = {"dynamicFilter": handle, "filterStore": store, "storageOptions": json.dumps(options)}
+
+    with pytest.raises(Exception, match=r"127\.0\.0\.1:9\b") as failure:
+        read(spark, url, SCHEMA, filterStoreOptions=json.dumps(unreachable), dynamicFilterOnError="fail",
+             **reads).count()
+    assert options["secret"] not in str(failure.value)
+    assert read(spark, url, SCHEMA, filterStoreOptions=json.dumps(options), **reads).count() == 2 * len(REGIONS)
