@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import collector, store
+from dynsource import collector, files, store
+from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 from dynsource.source import plan_scan
@@ -228,23 +230,46 @@ def typed_table(tmp_path_factory) -> Path:
 TYPED = {"partitionColumns": "b BOOLEAN, n INT"}
 
 
-@pytest.mark.parametrize(("field", "key", "column_type"), [
+INCOMPARABLE = [
     (("b", "date"), datetime.date(2024, 1, 1), "boolean"),
     (("n", "binary"), b"1", "int"),
     (("n", "timestamp"), datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), "int"),
-], ids=["date-vs-boolean", "binary-vs-int", "timestamp-vs-int"])
-def test_incomparable_types_fail_naming_column_and_types_or_read_everything(spark, typed_table, field, key,
-                                                                            column_type):
-    handle = publish([field], [(key,)])
+]
+
+
+@pytest.mark.parametrize(("field", "key", "column_type"), INCOMPARABLE,
+                         ids=["date-vs-boolean", "binary-vs-int", "timestamp-vs-int"])
+def test_incomparable_types_fail_naming_column_and_types_or_read_everything_logged(typed_table, field, key,
+                                                                                   column_type, caplog):
+    fs, root = files.open_table(str(typed_table))
     name, field_type = field
-    message = (rf"Column '{name}' of type {column_type} cannot be compared with filter field '{name}' "
-               rf"of type {field_type}")
-    with pytest.raises(Exception, match=message):
+
+    def enumerator(on_error):
+        dynamic = DynamicPartitionEnumerator(PartitionEnumerator(fs, root), {"b": "boolean", "n": "int"},
+                                             on_error=on_error)
+        dynamic.set_dynamic_filtering_data(DynamicFilteringData([field], [(key,)]))
+        return dynamic
+
+    message = (f"Column '{name}' of type {column_type} cannot be compared with filter field '{name}' "
+               f"of type {field_type}")
+    with pytest.raises(TypeError, match=re.escape(message)):
+        enumerator("fail").enumerate()
+    fallback = enumerator("fallback")
+    with caplog.at_level(logging.WARNING, logger="dynsource"):
+        assert len(fallback.enumerate().partitions) == 4
+    assert f"cannot apply the dynamic filter to column '{name}': {message}" in caplog.text
+    assert "reading every partition below this level" in caplog.text
+
+
+def test_incomparable_types_through_spark(spark, typed_table):
+    handle = publish([("b", "date")], [(datetime.date(2024, 1, 1),)])
+    with pytest.raises(Exception, match="Column 'b' of type boolean cannot be compared with filter field 'b' "
+                                        "of type date"):
         read(spark, typed_table, dynamicFilter=handle, dynamicFilterOnError="fail", **TYPED).collect()
     assert read(spark, typed_table, dynamicFilter=handle, **TYPED).count() == 8
     report = dynsource.scan_report(handle)
     assert not report.filtering and report.partitions_kept == 4
-    assert f"cannot apply the dynamic filter to column '{name}'" in report.fallback_reason
+    assert "cannot apply the dynamic filter to column 'b'" in report.fallback_reason
 
 
 def test_string_keys_against_an_int_column_compare_as_spark_casts_them(spark, typed_table):
@@ -305,8 +330,9 @@ def test_an_unreachable_store_fails_naming_store_and_handle(spark, table, unreac
     for filter_store in unreachable_stores:
         with pytest.raises(Exception, match=rf"Filter store '{filter_store}' cannot be read[^\n]*{handle}"):
             read(spark, table, dynamicFilter=handle, filterStore=filter_store, dynamicFilterOnError="fail").collect()
-        got = read(spark, table, dynamicFilter=handle, filterStore=filter_store)
-        assert rows(got) == rows(spark.read.parquet(str(table)))
+    # Under 'fallback' (the logged reason: the next test, in this process) the scan reads every row.
+    got = read(spark, table, dynamicFilter=handle, filterStore=unreachable_stores[-1])
+    assert rows(got) == rows(spark.read.parquet(str(table)))
 
 
 def test_an_unreachable_store_is_a_logged_full_read(spark, table, unreachable_stores, caplog):
