@@ -84,7 +84,9 @@ def _is_list(query: str) -> bool:
 
 @pytest.fixture(scope="module")
 def s3():
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not one line per request
+    werkzeug_log = logging.getLogger("werkzeug")
+    level = werkzeug_log.level
+    werkzeug_log.setLevel(logging.WARNING)  # not one line per request
     server = CountingMotoServer()
     server.start()
     host, port = server.get_host_and_port()
@@ -99,6 +101,7 @@ def s3():
         client.create_bucket(Bucket=bucket)
     yield server, options
     server.stop()
+    werkzeug_log.setLevel(level)
 
 
 @pytest.fixture(scope="module")
