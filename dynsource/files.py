@@ -144,10 +144,11 @@ def _fragment(
             index for index in groups
             if split.start <= _midpoint(fragment.metadata.row_group(index)) < split.start + split.length
         ]
-    if where is not None:
-        groups = where.keep_row_groups(fragment, groups)
+    # The dynamic filter first: its report counts the row groups it skips, whatever WHERE would skip too.
     if row_filter is not None:
         groups = row_filter.keep_row_groups(fragment.metadata, groups)
+    if where is not None:
+        groups = where.keep_row_groups(fragment, groups)
     return fragment.subset(row_group_ids=list(groups)) if groups else None
 
 
