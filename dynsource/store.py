@@ -162,7 +162,7 @@ def expire(older_than: dt.timedelta | float, store: str | None = None, *, storag
     fs.invalidate_cache()  # a listing cached by this process (s3fs) would hide new handles and leases
     removed = []
     for handle, paths in sorted(_stored_handles(fs, root).items()):
-        times = {path: _modified(fs, path) for path in paths if fs.isfile(path)}
+        times = {path: stamp for path in paths if (stamp := _modified(fs, path)) is not None}
         lease = times.get(f"{root}/{handle}{_LEASE}")
         if (lease is not None and lease > lease_cutoff) or any(stamp > cutoff for stamp in times.values()):
             continue
@@ -247,9 +247,19 @@ def _stored_handles(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, list[
     return stored
 
 
-def _modified(fs: fsspec.AbstractFileSystem, path: str) -> float:
-    stamp = fs.modified(path)
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)).timestamp()
+def _modified(fs: fsspec.AbstractFileSystem, path: str) -> float | None:
+    """When the file ``path`` last changed; None for a directory.
+
+    An entry gone since it was listed was a writer's temporary file renamed into
+    place: its handle is in use, so it counts as changed now.
+    """
+    try:
+        if fs.isfile(path):
+            stamp = fs.modified(path)
+            return (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)).timestamp()
+    except FileNotFoundError:
+        pass
+    return None if fs.isdir(path) else time.time()
 
 
 def _seconds(older_than: dt.timedelta | float) -> float:

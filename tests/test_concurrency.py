@@ -43,13 +43,13 @@ def client(root: str, own: list[str], everyone: list[str], shared: list[str], se
         others = [other for other in everyone[:(number + 1) * per_round] if other not in own]
         for other in chosen.sample(others, 6):
             # A handle its publisher has not reached yet is pending: wait for it.
-            assert store.resolve(other, root, wait_ms=60_000) == payload_for(other), other
+            assert store.resolve(other, root, wait_ms=120_000) == payload_for(other), other
             resolved += 1
         for handle_of_all in shared:
             variant = chosen.randrange(VARIANTS)
             store.publish(payload_for(handle_of_all, variant), root, handle=handle_of_all)
             published += 1
-            got = store.resolve(handle_of_all, root, wait_ms=60_000)
+            got = store.resolve(handle_of_all, root, wait_ms=120_000)
             assert any(got == payload_for(handle_of_all, v) for v in range(VARIANTS)), handle_of_all
             resolved += 1
     return published, resolved
