@@ -276,8 +276,8 @@ def _check_name(name: str) -> None:
     # Names come from handles and table names: none may climb out of the store's root or start at another one.
     if name.startswith("/") or "\\" in name or any(part in ("", ".", "..") for part in name.split("/")):
         raise ValueError(
-            f"Filter store entry {name!r} is not a relative name inside the store; expected a handle "
-            "('dynf-' + 32 hex digits) with a suffix, no '..' and no absolute path."
+            f"Filter store entry {name!r} is not a relative name inside the store; expected a name such as "
+            "'<handle>.dynf' or 'reports/<handle>.json' (no '..', '.' or empty segment, no absolute path)."
         )
 
 
