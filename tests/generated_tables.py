@@ -221,10 +221,10 @@ ZONES = ("UTC", "Europe/Paris", "America/Los_Angeles", "Asia/Kolkata", "Pacific/
 
 
 @st.composite
-def tables(draw, max_columns: int = 3, max_partitions: int = 10, files=_FILES) -> Table:
+def tables(draw, max_columns: int = 3, max_partitions: int = 10, files=_FILES, names=COLUMN_NAMES) -> Table:
     count = draw(st.integers(1, max_columns))
     kinds = [pick(draw, KINDS) for _ in range(count)]
-    columns = tuple((COLUMN_NAMES[i], kind, pick(draw, DECLARED[kind])) for i, kind in enumerate(kinds))
+    columns = tuple((names[i], kind, pick(draw, DECLARED[kind])) for i, kind in enumerate(kinds))
     wanted = pick(draw, sorted(range(1, max_partitions + 1), key=lambda n: abs(n - 6)))
     # Drawn one by one: a unique list of this size may not exist (one boolean column has three values).
     raws = dict.fromkeys(tuple(draw(_RAW_OR_NULL[kind]) for kind in kinds) for _ in range(wanted))
@@ -283,8 +283,8 @@ def _key_row(draw, seen, converters, pools, time_zone: str, with_data_column: bo
 
 @st.composite
 def cases(draw, max_columns: int = 3, max_partitions: int = 10, zones=ZONES, files=_FILES,
-          kinds=("exact", "exact", "bloom", "range", "exceeded")) -> Case:
-    table = draw(tables(max_columns, max_partitions, files))
+          kinds=("exact", "exact", "bloom", "range", "exceeded"), names=COLUMN_NAMES) -> Case:
+    table = draw(tables(max_columns, max_partitions, files, names))
     zone = pick(draw, zones)
     return Case(table, draw(filters(table, zone, kinds)), zone)
 
@@ -360,7 +360,8 @@ def write_table(fs: fsspec.AbstractFileSystem, root: str, table: Table) -> dict[
     """Write ``table`` under ``root`` of ``fs``; the data file paths of each partition."""
     written = {}
     for raw, files in table.partitions:
-        directory = "/".join([root, *(f"{name}={value}" for name, value in zip(table.names, raw, strict=True))])
+        names = [partitions.escape_path_name(name) for name in table.names]
+        directory = "/".join([root, *(f"{name}={value}" for name, value in zip(names, raw, strict=True))])
         fs.makedirs(directory, exist_ok=True)
         paths = [f"{directory}/part-{number:05d}.parquet" for number in range(len(files))]
         for path, rows in zip(paths, files, strict=True):
