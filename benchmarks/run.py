@@ -72,12 +72,13 @@ class Measurement:
 class Bench:
     """The star schema opened in ``spark``, with what every mode needs prepared outside the timed runs."""
 
-    def __init__(self, spark, star: star_schema.Star) -> None:
+    def __init__(self, spark, star: star_schema.Star, reader_options: dict[str, str] | None = None) -> None:
         import dynsource
 
         self.spark = spark
         self.star = star
         self.fact = str(star.store_sales)
+        self.reader_options = dict(reader_options or {})
         dynsource.register(spark)
         spark.read.parquet(str(star.date_dim)).createOrReplaceTempView("date_dim")
         self.sizes = star_schema.partition_sizes(star.store_sales)
@@ -85,6 +86,18 @@ class Bench:
         spark.read.parquet(self.fact).createOrReplaceTempView("store_sales_native_warm")
         self.keys: dict[str, list[int]] = {}
         self.static_handles: dict[str, str] = {}
+        self.worker_warmups_s: list[float] = []
+
+    def warm_python_workers(self) -> None:
+        """Have Spark's Python workers running with dynsource imported before a timed dynsource run (untimed).
+
+        Spark stops Python workers idle for a minute, which the native modes in between can outlast: without
+        this, a dynsource mode would pay worker start or not depending on its place in the order. What the
+        warm-up costs is kept: it is the worker start a batch job's first dynsource query pays.
+        """
+        started = time.perf_counter()
+        self.spark.read.format("dynsource").option("path", str(self.star.date_dim)).load().count()
+        self.worker_warmups_s.append(time.perf_counter() - started)
 
     def keys_of(self, query: Query) -> list[int]:
         """The date keys the query's dimension filter selects."""
@@ -119,7 +132,7 @@ def _row(df) -> tuple:
 
 
 def _dynsource_read(bench: Bench, handle: str | None):
-    reader = bench.spark.read.format("dynsource").option("path", bench.fact)
+    reader = bench.spark.read.format("dynsource").options(**bench.reader_options).option("path", bench.fact)
     return (reader.option("dynamicFilter", handle) if handle else reader).load()
 
 
@@ -253,8 +266,11 @@ def run_benchmark(
     modes: Sequence[str] = tuple(MODES),
     repeat: int = 3,
     warmup: bool = True,
+    reader_options: dict[str, str] | None = None,
 ) -> dict:
     """Run every query in every mode, interleaved; the report as a JSON-ready dict.
+
+    ``reader_options`` are extra options of every dynsource read (e.g. ``openCostInBytes``).
 
     Raises ``ResultMismatch`` as soon as two modes disagree on a query's result.
     """
@@ -263,7 +279,7 @@ def run_benchmark(
         raise ValueError(f"Unknown mode(s) {unknown}; modes are {list(MODES)}.")
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {repeat}.")
-    bench = Bench(spark, star)
+    bench = Bench(spark, star, reader_options)
     runs: dict[str, dict[str, list[Measurement]]] = {q.name: {m: [] for m in modes} for q in queries}
     started = time.perf_counter()
     results: dict[str, dict[str, tuple]] = {}
@@ -272,6 +288,8 @@ def run_benchmark(
         for round_ in range(repeat + int(warmup)):
             for query in queries:
                 for mode in modes:
+                    if mode.startswith("dynsource"):
+                        bench.warm_python_workers()
                     measurement = MODES[mode](bench, query)
                     check_result(query, mode, measurement.result, results.setdefault(query.name, {}))
                     if round_ >= int(warmup):
@@ -293,6 +311,8 @@ def check_result(query: Query, mode: str, result: tuple, seen: dict[str, tuple])
 def _report(bench: Bench, queries: Sequence[Query], runs: dict, repeat: int, total_s: float) -> dict:
     report = {"machine": machine(bench.spark), "scale": bench.star.scale, "seed": bench.star.seed,
               "rows": bench.star.rows, "repeat": repeat, "total_seconds": round(total_s, 1),
+              "dynsource_options": bench.reader_options,
+              "python_worker_warmup_s": _spread(bench.worker_warmups_s),
               "table": dict(zip(("partitions", "files", "bytes"), bench.table_totals(), strict=True)), "queries": {}}
     for query in queries:
         modes = {mode: _summary(measured) for mode, measured in runs[query.name].items()}
@@ -315,6 +335,12 @@ def _summary(measured: list[Measurement]) -> dict:
         "bytes": last.bytes, "figures_from": last.source, "result": [_plain(v) for v in last.result],
         "phases_median_s": phases,
     }
+
+
+def _spread(times: list[float]) -> dict | None:
+    if not times:
+        return None
+    return {"median": round(statistics.median(times), 3), "min": round(min(times), 3), "max": round(max(times), 3)}
 
 
 def _plain(value):
@@ -358,6 +384,10 @@ def print_table(report: dict, out=sys.stdout) -> None:
     print(f"store_sales: scale {report['scale']:g} ({report['rows']:,} rows, {report['table']['partitions']:,} "
           f"partitions, {report['table']['bytes'] / 1e6:,.1f} MB), {report['repeat']} timed runs after a warm-up, "
           f"machine: {report['machine']['cpus']} CPUs, {report['machine']['master']}", file=out)
+    warmup = report.get("python_worker_warmup_s")
+    if warmup:
+        print(f"untimed Python worker warm-up before each dynsource run: median {warmup['median']:.2f} s, "
+              f"max {warmup['max']:.2f} s (the worker start a cold dynsource query pays)", file=out)
     for name, query in report["queries"].items():
         matching = query["matching"]
         print(f"\n{name}: {query['description']}: {query['keys']} keys, matching partitions hold "
@@ -394,6 +424,8 @@ def draw_chart(report: dict, path: Path) -> None:
         time_axis.set_ylabel("seconds (median, min-max)")
         bytes_axis.bar(labels, [(modes[m]["bytes"] or 0) / 1e6 for m in labels], color=colors)
         bytes_axis.set_yscale("log")
+        smallest = min((modes[m]["bytes"] for m in labels if modes[m]["bytes"]), default=1)
+        bytes_axis.set_ylim(bottom=smallest / 1e6 / 3)  # log-scale bars need a floor below the smallest
         bytes_axis.set_ylabel("MB read from store_sales")
         for axis in (time_axis, bytes_axis):
             axis.tick_params(axis="x", labelrotation=60)
@@ -429,6 +461,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {list(MODES)}")
     parser.add_argument("--data", type=Path, default=star_schema.DEFAULT_DATA_DIR, help="generated data cache")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON and the chart")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of every dynsource read, e.g. openCostInBytes=65536 (repeatable)")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG (no matplotlib needed)")
     parser.add_argument("--curves", action="store_true", help="run the scale curves instead (benchmarks/curves.py)")
     args = parser.parse_args(argv)
@@ -441,11 +475,15 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [name for name in args.queries.split(",") if name not in by_name]
     if unknown:
         parser.error(f"--queries: unknown {unknown}; queries are {list(by_name)}")
+    malformed = [o for o in args.option if "=" not in o]
+    if malformed:
+        parser.error(f"--option takes KEY=VALUE, got {malformed}")
     star = star_schema.generate(args.scale, args.seed, args.data)
     spark = spark_session()
     try:
         report = run_benchmark(spark, star, queries=[by_name[n] for n in args.queries.split(",")],
-                               modes=args.modes.split(","), repeat=args.repeat)
+                               modes=args.modes.split(","), repeat=args.repeat,
+                               reader_options=dict(o.split("=", 1) for o in args.option))
     finally:
         spark.stop()
     args.out.mkdir(parents=True, exist_ok=True)
