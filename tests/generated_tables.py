@@ -34,7 +34,7 @@ KINDS = ("int", "bigint", "string", "date", "timestamp", "boolean", "decimal")
 # The partitionColumns declarations a column of each kind may get (None: inferred like Spark).
 DECLARED = {
     "int": (None, None, "int", "bigint", "string", "decimal(12,2)"),
-    "bigint": (None, None, "bigint", "string"),
+    "bigint": (None, None, "decimal(20,0)", "string"),
     "string": (None, None, "string"),
     "date": (None, None, "date", "string", "timestamp"),
     "timestamp": (None, None, "timestamp", "string"),
@@ -100,9 +100,11 @@ _TIMESTAMPS = st.builds(
 )
 RAW_VALUES: dict[str, st.SearchStrategy[str]] = {
     "int": st.builds(_int_text, st.integers(-3, 12), st.booleans()),
-    "bigint": st.one_of(st.integers(-3, 12), st.integers(2**31, 2**31 + 3), st.integers(-(2**40) - 3, -(2**40))).map(
-        str
-    ),
+    # Past an int, at the ends of a bigint, and past a bigint (Spark infers decimal(20,0)).
+    "bigint": st.one_of(
+        st.integers(-3, 12), st.integers(2**31, 2**31 + 3), st.integers(-(2**40) - 3, -(2**40)),
+        st.sampled_from([2**63 - 1, -(2**63)]), st.integers(10**19, 10**19 + 2),
+    ).map(str),
     "string": _TEXT.map(partitions.escape_path_name),
     "date": _DATES.map(str),
     "timestamp": _TIMESTAMPS.map(lambda stamp: partitions.escape_path_name(_timestamp_text(stamp))),
