@@ -30,7 +30,8 @@ from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
 import dynsource
-from dynsource import DynamicFilteringData
+from dynsource import DynamicFilteringData, files
+from dynsource.enumerator import PartitionEnumerator
 from dynsource.options import ScanOptions
 from tests.helpers import read, rows
 
@@ -160,6 +161,22 @@ def test_storage_options_are_a_json_object_and_their_secrets_stay_hidden(s3):
         assert "s3cr3t" not in str(error.value)
     with pytest.raises(ValueError, match="Option 'filterStoreOptions' is a JSON int"):
         ScanOptions.parse({"path": "s3://tables/sales", "filterStoreOptions": "3"})
+
+
+def test_a_new_partition_is_listed_by_the_next_scan_in_the_same_process(s3):
+    # Spark reuses Python workers, and fsspec reuses one s3fs instance per options, listing cache included.
+    _, options = s3
+    client = boto3.client("s3", aws_access_key_id=options["key"], aws_secret_access_key=options["secret"],
+                          **options["client_kwargs"])
+    blob = pa.BufferOutputStream()
+    pq.write_table(pa.table({"id": [1]}), blob)
+    client.put_object(Bucket=TABLE_BUCKET, Key="growing/day=1/part-0.parquet", Body=blob.getvalue().to_pybytes())
+    fs, root = files.open_table(f"s3://{TABLE_BUCKET}/growing", options)
+    assert [p.raw_values for p in PartitionEnumerator(fs, root).enumerate().partitions] == [("1",)]
+    # Written behind the cached instance's back, as another process would.
+    client.put_object(Bucket=TABLE_BUCKET, Key="growing/day=2/part-0.parquet", Body=blob.getvalue().to_pybytes())
+    fs, root = files.open_table(f"s3://{TABLE_BUCKET}/growing", options)
+    assert [p.raw_values for p in PartitionEnumerator(fs, root).enumerate().partitions] == [("1",), ("2",)]
 
 
 def test_s3_reads_equal_spark_read_parquet_and_list_only_kept_partitions(spark, s3, table, registered, expected_rows):
