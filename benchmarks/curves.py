@@ -29,6 +29,7 @@ from pathlib import Path
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from benchmarks.star import DEFAULT_DATA_DIR
 
@@ -53,8 +54,11 @@ def make_table(url: str, partitions: int) -> str:
     if fs.exists(f"{root}/_complete"):
         return url
     payload = _tiny_parquet()
+    # fsspec's memory filesystem has implicit directories, and its makedirs scans every stored path.
+    local = isinstance(fs, LocalFileSystem)
     for key in range(partitions):
-        fs.makedirs(f"{root}/k={key}", exist_ok=True)
+        if local:
+            fs.makedirs(f"{root}/k={key}", exist_ok=True)
         fs.pipe_file(f"{root}/k={key}/part-0.parquet", payload)
     fs.pipe_file(f"{root}/_complete", b"")  # hidden from the enumerator (leading underscore)
     return url
@@ -100,7 +104,6 @@ def planning_curve(data_dir: Path, repeat: int) -> list[dict]:
                       f"({point['input_partitions']} input partitions"
                       + (f", {point['listings']} listings)" if used else ")"), flush=True)
                 points.append(point)
-        fsspec.filesystem("memory").rm(f"/dynsource-curves/partitions-{partitions}", recursive=True)
     return points
 
 

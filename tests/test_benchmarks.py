@@ -13,7 +13,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import run, star
+import dynsource
+from benchmarks import curves, run, star
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,17 @@ def test_store_sales_is_partitioned_with_null_keys_and_cached(small_star):
 def test_generation_is_deterministic_per_seed():
     assert star.store_sales_table(1000, seed=3).equals(star.store_sales_table(1000, seed=3))
     assert not star.store_sales_table(1000, seed=3).equals(star.store_sales_table(1000, seed=4))
+
+
+def test_planning_curve_point_lists_only_kept_partitions(tmp_path):
+    url = curves.make_table("memory://dynsource-bench-test/p40", 40)
+    handle = dynsource.publish(dynsource.DynamicFilteringData([("k", "int")], [(3,), (7,), (99,)]), str(tmp_path))
+    _, input_partitions, listings = curves.time_planning(url, handle, str(tmp_path))
+    assert listings == 1 + 2  # the root, then only k=3 and k=7
+    report = dynsource.scan_report(handle, str(tmp_path))
+    assert (report.partitions_total, report.partitions_kept, report.files_kept) == (40, 2, 2)
+    assert 1 <= input_partitions <= 2
+    assert curves.time_planning(url, None, str(tmp_path))[1] >= input_partitions  # every file, unpruned
 
 
 def test_a_result_differing_between_modes_fails_the_run():
