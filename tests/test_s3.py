@@ -235,3 +235,19 @@ def test_filter_store_options_are_used_for_the_store(spark, s3, table):
              **reads).count()
     assert options["secret"] not in str(failure.value)
     assert read(spark, url, SCHEMA, filterStoreOptions=json.dumps(options), **reads).count() == 2 * len(REGIONS)
+
+
+def test_dynamic_join_on_an_s3_table_with_an_s3_filter_store(spark, s3, registered, expected_rows):
+    server, options = s3
+    store = f"s3://{STORE_BUCKET}/joins"
+    dim = spark.createDataFrame([("north", 9, "nine"), ("north", 11, "eleven")], "r string, d int, label string")
+    before = server.lists(TABLE_BUCKET)
+    # The table's storageOptions come from its definition; the store's are storage_options.
+    joined = dynsource.dynamic_join(registered, dim, {"region": "r", "day": "d"}, store=store,
+                                    storage_options=options)
+    got = rows(joined.select(*COLUMNS))
+    assert got == [row for row in expected_rows if (row.region, row.day) in {("north", 9), ("north", 11)}]
+    report = dynsource.scan_report(joined)
+    assert (report.partitions_kept, report.filtering) == (2, True)
+    # The benefit check lists the root once; the scan lists the root, 'north' and the two kept days.
+    assert server.lists(TABLE_BUCKET) - before <= 1 + 2 + LEVELS + LIST_OVERHEAD
