@@ -175,7 +175,8 @@ def draw(curves: dict, path: Path) -> None:
     memory.set_ylabel("MB")
     for p in points:
         collector.annotate(p["kind"], (p["rows"], p["seconds"]), textcoords="offset points", xytext=(4, 4))
-    fig.legend(loc="lower right", fontsize="small")
+    handles = collector.get_legend_handles_labels()[0] + memory.get_legend_handles_labels()[0]
+    collector.legend(handles=handles, loc="upper left", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
