@@ -35,6 +35,13 @@ def test_exact_when_the_keys_fit_max_rows(spark):
     assert kept(data, pa.array(range(60), pa.int32())) == [value % 3 == 0 for value in range(60)]
 
 
+@pytest.mark.parametrize("rows", [40, 400])  # deduplicated by Arrow in the driver, and by Spark's distinct()
+def test_duplicate_keys_count_once_towards_max_rows(spark, rows):
+    repeated = spark.range(0, rows, 1, 2).selectExpr("CAST(id % 20 * 3 AS INT) AS d_date_sk")
+    data = dynsource.collect_data(repeated, KEY, max_rows=100)
+    assert data.kind == "exact" and sorted(data.table.column(0).to_pylist()) == [3 * i for i in range(20)]
+
+
 def test_bloom_past_max_rows_equals_one_built_from_all_keys(spark, monkeypatch):
     monkeypatch.setattr(collector, "_CHUNK_BYTES", 16)  # partial filters merged from several chunks
     data = dynsource.collect_data(dimension(spark, 500, partitions=4), KEY, max_rows=100)
