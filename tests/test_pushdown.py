@@ -330,6 +330,7 @@ def test_row_group_filter_leaves_floats_timestamps_and_partition_columns_to_spar
     assert partition_filter.row_group_filter(("p",)) is None
 
 
+@needs_pushdown
 def test_row_group_filter_ignores_a_file_storing_the_column_as_another_type(tmp_path):
     from pyspark.sql.datasource import EqualTo
 
