@@ -161,7 +161,7 @@ class RowGroupFilter:
         # schema's is converted by read(), so its statistics must not decide.
         usable = [
             expression for column, type_name, expression in self.conjuncts
-            if column in schema.names and _stored_as(schema.field(column).type, type_name)
+            if column in schema.names and types.holds(schema.field(column).type, type_name)
         ]
         if not usable:
             return list(row_groups)
@@ -171,15 +171,6 @@ class RowGroupFilter:
             return list(row_groups)
         matching = {row_group.id for row_group in subset.row_groups}
         return [index for index in row_groups if index in matching]
-
-
-def _stored_as(arrow: pa.DataType, type_name: str) -> bool:
-    if pa.types.is_dictionary(arrow):
-        arrow = arrow.value_type
-    try:
-        return types.type_name(arrow) == type_name
-    except ValueError:
-        return False
 
 
 def _expression(pushed: Any, field: pc.Expression, arrow: pa.DataType, type_name: str) -> pc.Expression | None:

@@ -213,7 +213,7 @@ class RowFilter:
     def _column_may_match(
         self, row_group: pq.RowGroupMetaData, leaf: _Leaf | None, column_type: str, field: str
     ) -> bool:
-        if leaf is None or not _same_type(leaf.type, column_type):
+        if leaf is None or not types.holds(leaf.type, column_type):
             return True  # statistics of values read() converts order differently from what it compares
         statistics = row_group.column(leaf.index).statistics
         if statistics is None:
@@ -270,13 +270,6 @@ def _leaf_count(arrow: pa.DataType) -> int:
     if arrow.num_fields == 0:
         return 1
     return sum(_leaf_count(arrow.field(index).type) for index in range(arrow.num_fields))
-
-
-def _same_type(arrow: pa.DataType, column_type: str) -> bool:
-    try:
-        return types.type_name(arrow) == column_type
-    except ValueError:
-        return False
 
 
 # Spark SQL types whose Parquet min/max, as Python values, order like Spark compares them across the

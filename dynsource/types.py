@@ -100,6 +100,16 @@ def type_name(arrow: pa.DataType) -> str:
     raise ValueError(f"Arrow type {arrow} has no Spark SQL atomic counterpart.")
 
 
+def holds(arrow: pa.DataType, spark_type: str) -> bool:
+    """Whether values stored as ``arrow`` (dictionary-encoded or not) are values of Spark SQL type ``spark_type``."""
+    if pa.types.is_dictionary(arrow):
+        arrow = arrow.value_type
+    try:
+        return type_name(arrow) == spark_type
+    except ValueError:
+        return False
+
+
 def is_numeric(name: str) -> bool:
     return name in _INTEGRAL or name in ("float", "double") or name.startswith("decimal")
 
