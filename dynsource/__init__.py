@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from dynsource import pushdown
 from dynsource.catalog import drop_table, register_table, register_tables
 from dynsource.collector import collect, collect_data
 from dynsource.filtering import DynamicFilteringData
@@ -33,9 +32,11 @@ __all__ = [
 def register(spark: SparkSession) -> None:
     """Register the ``dynsource`` data source with ``spark`` (calling it again is harmless).
 
-    Also enables ``spark.sql.python.filterPushdown.enabled`` (pyspark >= 4.1), so
-    that WHERE predicates on partition columns prune partitions at planning time.
+    It changes no Spark setting. In particular it leaves
+    ``spark.sql.python.filterPushdown.enabled`` alone: dynsource prunes by
+    ``partitionFilter`` and dynamic filters, never through Spark's filter
+    pushdown, whose planned reads go stale when a DataFrame is reused (see the
+    README's "Known Spark issues").
     """
     spark.dataSource.register(DynsourceDataSource)
-    pushdown.enable(spark)
     register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.catalog

@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 
 from dynsource import storage
 from dynsource.planner import FileSplit
-from dynsource.pushdown import RowGroupFilter
 from dynsource.rowfilter import RowFilter
 
 
@@ -81,17 +80,15 @@ def read_split(
     partition_columns: Sequence[str],
     batch_size: int,
     row_filter: RowFilter | None = None,
-    where: RowGroupFilter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``target`` for one split: data columns cast exactly, partition columns as constants.
 
-    With ``row_filter``, Parquet row groups it rules out are not read and the rows it rules out are dropped;
-    with ``where``, Parquet row groups it rules out are not read.
+    With ``row_filter``, Parquet row groups it rules out are not read and the rows it rules out are dropped.
     """
     constants = dict(zip(partition_columns, split.partition_values, strict=True))
     columns = [f.name for f in target if f.name not in constants]
     try:
-        for batch in _batches(split, fs, format_name, columns, batch_size, row_filter, where):
+        for batch in _batches(split, fs, format_name, columns, batch_size, row_filter):
             conformed = _conform(batch, target, constants)
             if row_filter is not None:
                 conformed = row_filter.apply(conformed)
@@ -108,13 +105,12 @@ def _batches(
     columns: list[str],
     batch_size: int,
     row_filter: RowFilter | None,
-    where: RowGroupFilter | None,
 ) -> Iterator[pa.RecordBatch]:
     if format_name == "json":
         table = _read_json(split.path, fs)
         yield from table.select([c for c in columns if c in table.schema.names]).to_batches(batch_size)
         return
-    fragment = _fragment(split, fs, format_name, row_filter, where)
+    fragment = _fragment(split, fs, format_name, row_filter)
     if fragment is None:
         return
     present = set(fragment.physical_schema.names)
@@ -130,12 +126,11 @@ def _read_json(path: str, fs: pafs.FileSystem) -> pa.Table:
 
 
 def _fragment(
-    split: FileSplit, fs: pafs.FileSystem, format_name: str, row_filter: RowFilter | None,
-    where: RowGroupFilter | None,
+    split: FileSplit, fs: pafs.FileSystem, format_name: str, row_filter: RowFilter | None
 ) -> ds.Fragment | None:
     fragment = file_format(format_name).make_fragment(split.path, filesystem=fs)
     whole = split.start == 0 and split.length == split.file_size
-    if format_name != "parquet" or (whole and row_filter is None and where is None):
+    if format_name != "parquet" or (whole and row_filter is None):
         return fragment
     groups = list(range(fragment.metadata.num_row_groups))
     if not whole:
@@ -144,11 +139,8 @@ def _fragment(
             index for index in groups
             if split.start <= _midpoint(fragment.metadata.row_group(index)) < split.start + split.length
         ]
-    # The dynamic filter first: its report counts the row groups it skips, whatever WHERE would skip too.
     if row_filter is not None:
         groups = row_filter.keep_row_groups(fragment.metadata, groups)
-    if where is not None:
-        groups = where.keep_row_groups(fragment, groups)
     return fragment.subset(row_group_ids=list(groups)) if groups else None
 
 

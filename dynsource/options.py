@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from dynsource import storage, store
+from dynsource.partitionfilter import PartitionFilter
 from dynsource.partitions import parse_ddl
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
 from dynsource.storage import StorageOptions
@@ -38,6 +39,7 @@ class ScanOptions:
     dynamicFilterOnError: str = "fallback"
     filterStore: str | None = None
     partitionColumns: tuple[tuple[str, str], ...] = ()
+    partitionFilter: PartitionFilter | None = None
     maxPartitionBytes: int = DEFAULT_MAX_PARTITION_BYTES
     openCostInBytes: int = DEFAULT_OPEN_COST_IN_BYTES
     minPartitionNum: int = os.cpu_count() or 1
@@ -124,6 +126,10 @@ def _ddl(name: str, value: str) -> tuple[tuple[str, str], ...]:
         raise ValueError(f"Option '{name}' = {value!r} is not valid: {error}") from None
 
 
+def _partition_filter(name: str, value: str) -> PartitionFilter | None:
+    return PartitionFilter.parse(str(value)) if str(value).strip() else None
+
+
 def _time_zone(name: str, value: str) -> str:
     from zoneinfo import ZoneInfo
 
@@ -143,6 +149,7 @@ _PARSERS = {
     "dynamicFilterOnError": _choice(ON_ERROR),
     "filterStore": _text,
     "partitionColumns": _ddl,
+    "partitionFilter": _partition_filter,
     "maxPartitionBytes": _byte_size,
     "openCostInBytes": _byte_size,
     "minPartitionNum": _positive_int,

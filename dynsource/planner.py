@@ -16,7 +16,6 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from dynsource.enumerator import Partition
-from dynsource.pushdown import RowGroupFilter
 from dynsource.rowfilter import RowFilterSpec
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
@@ -39,14 +38,13 @@ class SplitPlan:
     """Everything ``read()`` needs for one InputPartition (DESIGN fact 3: it travels inside it).
 
     ``index`` is the InputPartition's position in the scan, which names its task's figures in the report;
-    ``row_filter`` applies the dynamic filter's data-column fields and ``where`` the WHERE filters on data columns.
+    ``row_filter`` applies the dynamic filter's data-column fields.
     """
 
     partition_columns: tuple[str, ...]
     splits: tuple[FileSplit, ...]
     index: int = 0
     row_filter: RowFilterSpec | None = None
-    where: RowGroupFilter | None = None
 
 
 def plan(
@@ -59,12 +57,11 @@ def plan(
     open_cost_in_bytes: int = DEFAULT_OPEN_COST_IN_BYTES,
     min_partition_num: int = 1,
     row_filter: RowFilterSpec | None = None,
-    where: RowGroupFilter | None = None,
 ) -> list[InputPartition]:
     """InputPartitions for the files of ``partitions``.
 
     ``partition_values[i]`` are the typed values of ``partition_columns`` for ``partitions[i]``;
-    ``row_filter`` and ``where``, if any, go into every one of them.
+    ``row_filter``, if any, goes into every one of them.
     """
     files = [
         (file, values)
@@ -83,7 +80,7 @@ def plan(
     columns = tuple(partition_columns)
     groups = _pack(splits, max_split, open_cost_in_bytes)
     return [
-        InputPartition(SplitPlan(columns, tuple(group), index, row_filter, where)) for index, group in enumerate(groups)
+        InputPartition(SplitPlan(columns, tuple(group), index, row_filter)) for index, group in enumerate(groups)
     ]
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructField, StructType
 
-from dynsource import files, partitions, planner, pushdown, report, rowfilter, store
+from dynsource import files, partitions, planner, report, rowfilter, store
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
@@ -39,14 +39,11 @@ class DynsourceDataSource(DataSource):
     that join (with ``=`` a null key joins nothing), not every row of the table.
     Do not pass it for outer or anti joins that must keep non-matching fact rows.
 
-    On pyspark 4.1 and later, with ``spark.sql.python.filterPushdown.enabled``
-    (set by :func:`dynsource.register`), WHERE filters on partition columns
-    (``=``, ``<=>``, ``IN``, ``<``, ``<=``, ``>``, ``>=``, ``IS [NOT] NULL``, ``NOT``)
-    of integral, decimal, string, date or boolean type prune partitions at
-    planning time as the dynamic filter does, and both must keep a partition for
-    it to be read. Filters of those kinds on data columns of those types skip the
-    Parquet row groups whose statistics (min, max, null count) rule out every
-    row; Spark still evaluates them, and every other filter, on what is read.
+    WHERE clauses are evaluated by Spark on what is read; they do not prune
+    (Spark's filter pushdown to Python sources reuses a read planned for one
+    query in later queries of the same DataFrame, so dynsource does not take
+    part in it). To prune statically, give ``partitionFilter``: it belongs to the
+    DataFrame, so every query of it reads the same partitions.
 
     Options
     -------
@@ -80,6 +77,14 @@ class DynsourceDataSource(DataSource):
     partitionColumns : str, default inferred
         DDL of partition column types, e.g. ``"ss_sold_date_sk BIGINT"``;
         unnamed columns are inferred like Spark does.
+    partitionFilter : str, default none
+        A SQL predicate on partition columns, e.g.
+        ``"ss_sold_date_sk BETWEEN 2451545 AND 2451910 AND store IN ('a', 'b')"``:
+        only partitions for which it is true are listed further and read, so the
+        scan returns ``spark.read.parquet(path).where(predicate)``. Comparisons,
+        ``<=>``, ``[NOT] IN``, ``[NOT] BETWEEN``, ``IS [NOT] NULL``, ``NOT``, ``AND``
+        and ``OR`` of integral, decimal, string, date and boolean partition
+        columns with literals; anything else is an error.
     maxPartitionBytes : str, default "134217728" (128 MB)
         Most bytes packed into one Spark partition (``spark.sql.files.maxPartitionBytes``); ``"128m"`` works.
     openCostInBytes : str, default "4194304" (4 MB)
@@ -116,6 +121,11 @@ class DynsourceDataSource(DataSource):
     >>> handle = dynsource.publish(dynsource.DynamicFilteringData([("price", "double")], [(4.0,)]))
     >>> spark.read.format("dynsource").option("path", root).option("dynamicFilter", handle).load().collect()
     [Row(price=4.0, day=3)]
+
+    ``partitionFilter`` prunes by a predicate on partition columns:
+
+    >>> spark.read.format("dynsource").option("path", root).option("partitionFilter", "day >= 3").load().collect()
+    [Row(price=4.0, day=3)]
     """
 
     @classmethod
@@ -132,10 +142,6 @@ class DynsourceDataSource(DataSource):
         return table_schema(listing, fs, self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:
-        # Only Spark's pushdown worker both calls pushFilters and tolerates a reader that has it (see
-        # pushdown.called_from_pushdown_worker); everywhere else the reader must not define it.
-        if pushdown.called_from_pushdown_worker():
-            return PushdownReader(self.scan_options, schema)
         return DynsourceReader(self.scan_options, schema)
 
 
@@ -157,36 +163,11 @@ class DynsourceReader(DataSourceReader):
         try:
             for split in plan.splits:
                 yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
-                                            self.options.batchSize, row_filter, plan.where)
+                                            self.options.batchSize, row_filter)
         finally:
             # Also when Spark stops early (a LIMIT): the figures then cover what was read.
             if row_filter is not None:
                 _report_task(plan, row_filter)
-
-
-class PushdownReader(DynsourceReader):
-    """A reader that also prunes partitions by the WHERE filters Spark pushes (pyspark >= 4.1).
-
-    Whether a filter can be claimed is only known once the partition columns
-    have been listed, so ``pushFilters`` plans the scan and ``partitions()``,
-    called next on this object in the same worker, hands that plan over.
-    """
-
-    def __init__(self, options: ScanOptions, schema: StructType) -> None:
-        super().__init__(options, schema)
-        self._planned: list[InputPartition] | None = None
-
-    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
-        partition_filter = pushdown.PartitionFilter(filters, read_column_types(self.options, self.schema))
-        self._planned = plan_scan(self.options, self.schema, partition_filter)
-        return partition_filter.unapplied()
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return self._planned if self._planned is not None else super().partitions()
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles the reader into every read task after pushFilters: the plan would travel to each task.
-        return {**self.__dict__, "_planned": None}
 
 
 def _report_task(plan: planner.SplitPlan, row_filter: rowfilter.RowFilter) -> None:
@@ -232,17 +213,19 @@ def read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str
     return {**schema_types, **dict(options.partitionColumns)}
 
 
-def plan_scan(
-    options: ScanOptions, schema: StructType, partition_filter: pushdown.PartitionFilter | None = None
-) -> list[InputPartition]:
-    """Enumerate (pruning with the pushed and the dynamic filter if any), then pack the kept files."""
+def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
+    """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files."""
     started = time.perf_counter()
     fs, root = files.open_table(options.path, options.storageOptions)
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
     column_types = read_column_types(options, schema)
+    partition_filter = options.partitionFilter
+    if partition_filter is not None:
+        partition_filter.check_types(column_types)
     enumerator = DynamicPartitionEnumerator(
         PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.timeZone,
-        on_error=options.dynamicFilterOnError, static_filter=partition_filter.keep if partition_filter else None,
+        on_error=options.dynamicFilterOnError,
+        static_filter=partition_filter.level_filter(column_types, options.timeZone) if partition_filter else None,
     )
     waited = time.perf_counter()
     data, unusable = _filter_data(options)
@@ -250,6 +233,8 @@ def plan_scan(
     if data is not None:
         enumerator.set_dynamic_filtering_data(data)
     listing = enumerator.enumerate()
+    if partition_filter is not None:
+        partition_filter.check_listing(listing.columns, listed_leaves=bool(listing.partitions))
     read_columns = [c for c in listing.columns if c in column_types]
     _check_data_columns(schema, listing, fs, options)
     values = _typed_values(listing, read_columns, column_types, options.timeZone)
@@ -268,7 +253,6 @@ def plan_scan(
         open_cost_in_bytes=options.openCostInBytes,
         min_partition_num=options.minPartitionNum,
         row_filter=row_filter,
-        where=partition_filter.row_group_filter(listing.columns) if partition_filter else None,
     )
     if options.dynamicFilter and options.dynamicFilteringEnabled:
         reason = unusable or enumerator.fallback_reason
