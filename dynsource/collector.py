@@ -34,6 +34,7 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # Flink's collector threshold
 # Partial Bloom filters travel to their merge in pieces of this size; all-zero pieces are not sent at all.
 _CHUNK_BYTES = 1 << 20
 _CHUNKS_SCHEMA = "chunk int, bits binary"
+_FITS = "__dynsource_key_fits"
 
 
 def collect(
@@ -189,8 +190,20 @@ def _check_arguments(
 def _project(
     df: DataFrame, keys: Mapping[str, str], types: Mapping[str, str] | None
 ) -> tuple[DataFrame, list[tuple[str, str]]]:
-    """The key columns of ``df`` named and cast as the fact fields, and the fields' Spark SQL types (no Spark job)."""
-    projected = df.select(*[_key_column(df, field, column, (types or {}).get(field)) for field, column in keys.items()])
+    """The key columns of ``df`` named and cast as the fact fields, and the fields' Spark SQL types (no Spark job).
+
+    A key that the fact field's type cannot hold (a bigint beyond an int column's
+    range, a string that is no number, a decimal too wide) can equal no fact value,
+    so its row is dropped rather than cast: Spark's ANSI cast would fail the
+    collection where the plain join returns its rows.
+    """
+    columns = [_key_column(df, field, column, (types or {}).get(field)) for field, column in keys.items()]
+    fits = [fit for _, fit in columns if fit is not None]
+    if fits:
+        projected = df.select(*[key for key, _ in columns], functools.reduce(operator.and_, fits).alias(_FITS))
+        projected = projected.where(F.col(_FITS)).drop(_FITS)
+    else:
+        projected = df.select(*[key for key, _ in columns])
     return projected, [_field_type(f.name, keys[f.name], f.dataType.simpleString()) for f in projected.schema]
 
 
@@ -204,16 +217,18 @@ def _field_type(field: str, column: str, type_name: str) -> tuple[str, str]:
         ) from None
 
 
-def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None) -> Column:
+def _key_column(df: DataFrame, field: str, column: str, fact_type: str | None) -> tuple[Column, Column | None]:
+    """The key as the fact field, and (when cast) whether the fact's type holds it: null keys always fit."""
     # Spark resolves column names ignoring case (spark.sql.caseSensitive=false); with it true, select() says so.
     if column.lower() not in {name.lower() for name in df.columns}:
         raise ValueError(
             f"Key column '{column}' (for fact field '{field}') is not a column of the dimension: {df.columns}."
         )
     key = F.col(f"`{column}`")
-    if fact_type:
-        key = key.cast(normalize_type(fact_type))
-    return key.alias(field)
+    if not fact_type:
+        return key.alias(field), None
+    cast = key.try_cast(normalize_type(fact_type))
+    return cast.alias(field), key.isNull() | cast.isNotNull()
 
 
 def _summarise(

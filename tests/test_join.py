@@ -102,3 +102,37 @@ def test_graded_payloads_prune_and_equal_the_plain_join(spark, fact, kind):
     report = dynsource.scan_report(joined)
     assert report.payload_kind == kind and report.filtering
     assert 4 <= report.partitions_kept < report.partitions_total  # a bloom may keep more, never fewer
+
+
+@pytest.mark.parametrize(("dim_sql", "null_safe"), [
+    # bigint keys beyond the int partition column's range, under Spark's default ANSI casts
+    ("SELECT CAST(3000000001 + id AS BIGINT) AS dk FROM range(2) UNION ALL SELECT 4L", False),
+    ("SELECT CAST(3000000001 + id AS BIGINT) AS dk FROM range(2) UNION ALL SELECT 4L UNION ALL SELECT NULL", True),
+    # numbers as strings beyond the column's range (a string that is no number fails the plain join too), and a
+    # decimal too wide for the column
+    ("SELECT CAST(s AS STRING) AS dk FROM VALUES ('7'), ('3000000001'), (' 8 '), ('-9999999999') AS v(s)", False),
+    ("SELECT CAST(d AS DECIMAL(38, 0)) AS dk FROM VALUES (99999999999999999999999999999999999999), (5) AS v(d)",
+     False),
+])
+def test_keys_the_fact_type_cannot_hold_match_nothing_and_never_fail(spark, fact, dim_sql, null_safe):
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    dim = dimension(spark, dim_sql)
+    fact_df = spark.read.parquet(fact)
+    if null_safe:
+        joined = dynsource.dynamic_join(fact, dim, {"k": "dk"}, null_safe=True)
+        expected = fact_df.join(dim, fact_df["k"].eqNullSafe(dim["dk"]))
+        # the dynamic join's condition is '=': compare its rows with the plain '=' join, and the payload's null
+        assert same_rows(joined, fact_df.join(dim, fact_df["k"] == dim["dk"]))
+        assert expected.count() > joined.count()  # the null partition joins only null-safe
+    else:
+        joined = dynsource.dynamic_join(fact, dim, {"k": "dk"})
+        assert same_rows(joined, fact_df.join(dim, fact_df["k"] == dim["dk"]))
+    assert dynsource.scan_report(joined).filtering
+
+
+def test_collect_drops_keys_the_type_cannot_hold_but_keeps_nulls_when_null_safe(spark):
+    dim = spark.sql("SELECT CAST(v AS BIGINT) AS dk FROM VALUES (3000000001), (4), (NULL) AS t(v)")
+    exact = dynsource.collect_data(dim, {"k": "dk"}, types={"k": "int"})
+    assert exact.fields == (("k", "int"),) and len(exact) == 1
+    null_safe = dynsource.collect_data(dim, {"k": "dk"}, types={"k": "int"}, null_safe=True)
+    assert len(null_safe) == 2  # 4 and the null key; the overflowing key is not cast to null
