@@ -10,6 +10,7 @@ from dynsource.filtering import DynamicFilteringData
 from dynsource.join import dynamic_join
 from dynsource.report import ScanReport, scan_report
 from dynsource.source import DynsourceDataSource
+from dynsource.sql import sql
 from dynsource.store import expire, publish, resolve
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "register_table",
     "resolve",
     "scan_report",
+    "sql",
 ]
 
 

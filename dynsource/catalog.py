@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import fsspec
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dynsource import store
@@ -257,6 +257,23 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     """
     table = qualified_name(spark, name)
     return read_definition(table, _location_of(spark, table, definitions))
+
+
+def read_table(spark: SparkSession, name: str, options: Mapping[str, str] | None = None) -> DataFrame:
+    """Registered table ``name`` read through its own source, with ``options`` over the stored ones.
+
+    Unlike ``spark.read.options(...).table(name)``, no table name is resolved by
+    Spark: a query naming the table again (or a temporary view of this DataFrame
+    used next to another reference) cannot swap in another reference's options.
+
+    Raises
+    ------
+    TableDefinitionError
+        ``name`` is not a registered dynsource table (no definition).
+    """
+    definition = load_definition(spark, name)
+    reader = spark.read.format(SOURCE_PREFIX + definition.table).schema(definition.schema)
+    return reader.options(**dict(options or {})).load()
 
 
 def read_definition(table: str, location: str) -> TableDefinition:

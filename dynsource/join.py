@@ -109,10 +109,9 @@ def dynamic_join(
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:
-    reader = spark.read.format("dynsource").options(**options)
     if not _is_path(fact):
-        # A registered table's schema is in the catalog, and Spark rejects a given schema with table().
-        return reader.table(fact)
+        return catalog.read_table(spark, fact, options)
+    reader = spark.read.format("dynsource").options(**options)
     if schema is not None:
         reader = reader.schema(schema)
     return reader.option("path", fact).load()

@@ -1,0 +1,176 @@
+"""``dynsource.sql``: Spark SQL in which every table reference keeps its own ``WITH (...)`` options.
+
+Spark resolves each table name of a statement once: a second reference to the
+same table reuses the first one's relation, options included (its per-query
+relation cache is keyed by the name, not the options). So in
+
+    SELECT k FROM t WITH ('dynamicFilter' = 'h1') UNION ALL SELECT k FROM t
+
+both branches read with ``h1``. The same happens to a temporary view of
+``spark.read.options(...).table("t")``, whose name is resolved again in each query.
+
+:func:`sql` gives each reference to a registered dynsource table that carries
+options a relation of its own: it finds the ``name WITH (...)`` clauses with
+sqlglot's Spark tokenizer, reads each through the table's own source
+(``spark.read.format("dynsource.<db>.<table>")``, which involves no table name)
+under a temporary view named after the table and options, and runs the query
+with the clause replaced by that view's name. Everything else in the text,
+including the options of tables that are not dynsource's, is left as written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import Token, TokenType
+
+from dynsource import catalog
+
+VIEW_PREFIX = "__dynsource_ref_"
+# Where a table reference starts: a table name follows these tokens.
+_BEFORE_TABLE = (TokenType.FROM, TokenType.JOIN, TokenType.COMMA)
+_NAME = re.compile(r"^\w+$")
+_VALUES = (TokenType.STRING, TokenType.NUMBER, TokenType.TRUE, TokenType.FALSE)
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """One ``name WITH (...)`` clause: the text span it covers, the table's name parts and the options."""
+
+    start: int
+    end: int  # exclusive
+    name: tuple[str, ...]
+    options: tuple[tuple[str, str], ...]
+
+    @property
+    def view(self) -> str:
+        """A temporary view name that depends only on the table and its options."""
+        key = json.dumps([[part.lower() for part in self.name], sorted(self.options)])
+        return VIEW_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> DataFrame:
+    """``spark.sql(query)``, with each table reference's ``WITH (...)`` options applied to that reference alone.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    query : str
+        A Spark SQL statement. ``FROM t WITH ('dynamicFilter' = '<handle>')``
+        may appear several times for one table, with different options or none.
+    args, **kwargs
+        Passed to ``spark.sql`` (query parameters).
+
+    Returns
+    -------
+    DataFrame
+        What ``spark.sql`` returns for the rewritten query.
+
+    Examples
+    --------
+    >>> import dynsource, pyarrow as pa, pyarrow.parquet as pq, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> pq.write_to_dataset(pa.table({"v": [1, 2, 3], "k": [1, 2, 3]}), root, partition_cols=["k"])
+    >>> _ = dynsource.register_table(spark, "kv", path=root, definitions=tempfile.mkdtemp())
+    >>> dynsource.sql(spark, '''SELECT v FROM kv WITH ('partitionFilter' = 'k = 1')
+    ...                         UNION ALL SELECT v FROM kv WITH ('partitionFilter' = 'k = 3')''').collect()
+    [Row(v=1), Row(v=3)]
+    >>> dynsource.drop_table(spark, "kv")
+    """
+    references = [reference for reference in table_options(query) if _read(spark, reference)]
+    return spark.sql(rewrite(query, references), args, **kwargs)
+
+
+def _read(spark: SparkSession, reference: TableOptions) -> bool:
+    """Make ``reference``'s view if it names a registered dynsource table; whether it did."""
+    try:
+        df = catalog.read_table(spark, ".".join(reference.name), dict(reference.options))
+    except ValueError:  # no definition (TableDefinitionError), or not a 'db.table' name
+        return False
+    df.createOrReplaceTempView(reference.view)
+    return True
+
+
+def rewrite(query: str, references: Sequence[TableOptions]) -> str:
+    """``query`` with each reference's ``name WITH (...)`` replaced by its view's name."""
+    pieces, position = [], 0
+    for reference in sorted(references, key=lambda r: r.start):
+        pieces += [query[position:reference.start], reference.view]
+        position = reference.end
+    return "".join([*pieces, query[position:]])
+
+
+def table_options(query: str) -> list[TableOptions]:
+    """Every ``name WITH (key = value, ...)`` table reference of ``query``, in order.
+
+    A ``WITH`` that starts a common table expression (``WITH name AS``) is no
+    table reference: only one that follows a table name right after ``FROM``,
+    ``JOIN`` or a comma, and opens a parenthesis, is.
+    """
+    try:
+        tokens = Dialect.get_or_raise("spark").tokenize(query)
+    except SqlglotError as error:
+        raise ValueError(f"dynsource.sql cannot read the query: {error}") from None
+    found = []
+    for index, token in enumerate(tokens):
+        if token.token_type != TokenType.WITH or _next_type(tokens, index) != TokenType.L_PAREN:
+            continue
+        first = _name_start(tokens, index)
+        if first is None:
+            continue
+        options, close = _options(tokens, index + 2, query)
+        name = tuple(t.text for t in tokens[first:index:2])
+        found.append(TableOptions(tokens[first].start, tokens[close].end + 1, name, options))
+    return found
+
+
+def _next_type(tokens: Sequence[Token], index: int) -> TokenType | None:
+    return tokens[index + 1].token_type if index + 1 < len(tokens) else None
+
+
+def _name_start(tokens: Sequence[Token], with_index: int) -> int | None:
+    """Index of the first token of the dotted table name before ``tokens[with_index]``, if one is there."""
+    index = with_index - 1
+    while index >= 0 and _is_name(tokens[index]):
+        if index >= 1 and tokens[index - 1].token_type == TokenType.DOT:
+            index -= 2
+            continue
+        before = tokens[index - 1].token_type if index >= 1 else None
+        return index if before in _BEFORE_TABLE else None
+    return None
+
+
+def _is_name(token: Token) -> bool:
+    return token.token_type == TokenType.IDENTIFIER or bool(_NAME.match(token.text))
+
+
+def _options(tokens: Sequence[Token], index: int, query: str) -> tuple[tuple[tuple[str, str], ...], int]:
+    """The ``key [=] value`` pairs from ``tokens[index]`` up to the closing parenthesis, and that one's index."""
+    options = []
+    while index < len(tokens):
+        key_end = index
+        while key_end + 1 < len(tokens) and tokens[key_end + 1].token_type == TokenType.DOT:
+            key_end += 2
+        key = "".join(t.text for t in tokens[index:key_end + 1])
+        value_index = key_end + 1
+        if value_index < len(tokens) and tokens[value_index].token_type == TokenType.EQ:
+            value_index += 1
+        if value_index >= len(tokens) or tokens[value_index].token_type not in _VALUES:
+            raise ValueError(f"dynsource.sql cannot read the table options at position {tokens[index].start} "
+                             f"of the query: expected 'key' = 'value' pairs, got {query[tokens[index].start:][:40]!r}")
+        options.append((key, tokens[value_index].text))
+        after = value_index + 1
+        if after < len(tokens) and tokens[after].token_type == TokenType.R_PAREN:
+            return tuple(options), after
+        if after >= len(tokens) or tokens[after].token_type != TokenType.COMMA:
+            break
+        index = after + 1
+    raise ValueError("dynsource.sql: a table's WITH (...) options are not closed.")
