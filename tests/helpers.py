@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pyspark.sql.types import NullType, StringType, StructType
+
+from tests.generated_tables import DATA_COLUMN, Table
+
 
 def read(spark, path, schema=None, **options):
     """``spark.read.format("dynsource")`` of ``path`` with ``options`` (and ``schema`` when given)."""
@@ -14,3 +18,21 @@ def read(spark, path, schema=None, **options):
 def rows(df):
     """The rows of ``df`` in a stable order, for comparing results."""
     return sorted(df.collect(), key=repr)
+
+
+def plain_fact(spark, root: str, table: Table):
+    """``spark.read.parquet`` of a generated table, with its declared partition column types."""
+    if not table.declared:
+        return spark.read.parquet(root)
+    # Spark takes declared partition types from a full read schema; the other columns as it infers them.
+    types = table.column_types()
+    ddl = ", ".join([f"{DATA_COLUMN} int", *(f"`{name}` {types[name]}" for name in table.names)])
+    return spark.read.schema(ddl).parquet(root)
+
+
+def same_types(actual: StructType, expected: StructType) -> bool:
+    """Same columns and types; dynsource types a column of only null partitions string where Spark says void."""
+    return [f.name for f in actual] == [f.name for f in expected] and all(
+        a.dataType == e.dataType or (isinstance(e.dataType, NullType) and isinstance(a.dataType, StringType))
+        for a, e in zip(actual, expected, strict=True)
+    )

@@ -10,16 +10,17 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
+from pathlib import Path
 
 import fsspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
-from pyspark.sql.types import NullType, StringType, StructField, StructType, _parse_datatype_string
+from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
 import dynsource
 from tests.generated_tables import DATA_COLUMN, Case, cases, write_table
-from tests.helpers import read, rows
+from tests.helpers import plain_fact, read, rows, same_types
 
 SPARK_CASES = 12  # about 4 s of Spark each on two idle cores: 12 keep the test near 45 s
 _KINDS = {"exact": ("exact",), "bloom": ("bloom",), "range": ("range",), "exceeded": ()}
@@ -42,16 +43,6 @@ def dimension(spark, case: Case):
     return spark.createDataFrame([list(row) for row in case.filter.rows], schema)
 
 
-def plain_fact(spark, root: str, case: Case):
-    declared = case.table.declared
-    if not declared:
-        return spark.read.parquet(root)
-    # Spark takes declared partition types from a full read schema; the other columns as it infers them.
-    types = case.table.column_types()
-    ddl = ", ".join([f"{DATA_COLUMN} int", *(f"`{name}` {types[name]}" for name in case.table.names)])
-    return spark.read.schema(ddl).parquet(root)
-
-
 def joined(fact, dim, case: Case):
     def equal(name):
         left, right = fact[name.lower()], dim[f"d_{name}"]
@@ -60,14 +51,6 @@ def joined(fact, dim, case: Case):
     condition = functools.reduce(operator.and_, [equal(name) for name, _ in case.filter.fields])
     columns = [fact[c] for c in (DATA_COLUMN, *case.table.names)] + [dim[c] for c in dim.columns]
     return fact.join(dim, condition, "inner").select(*columns)
-
-
-def same_types(actual: StructType, expected: StructType) -> bool:
-    """Same columns and types; dynsource types a column of only null partitions string where Spark says void."""
-    return [f.name for f in actual] == [f.name for f in expected] and all(
-        a.dataType == e.dataType or (isinstance(e.dataType, NullType) and isinstance(a.dataType, StringType))
-        for a, e in zip(actual, expected, strict=True)
-    )
 
 
 def check_case(spark, root: str, case: Case, stats: Counter) -> None:
@@ -79,7 +62,7 @@ def check_case(spark, root: str, case: Case, stats: Counter) -> None:
     options = {"dynamicFilter": handle, "timeZone": "UTC"}
     if case.table.declared:
         options["partitionColumns"] = ", ".join(f"`{name}` {t}" for name, t in case.table.declared.items())
-    expected_df = joined(plain_fact(spark, root, case), dim, case)
+    expected_df = joined(plain_fact(spark, root, case.table), dim, case)
     actual_df = joined(read(spark, root, **options), dim, case)
     assert same_types(actual_df.schema, expected_df.schema), (actual_df.schema, expected_df.schema)
     # Both joins in one Spark job: each case costs a few seconds of Spark, mostly fixed costs per job.
@@ -89,6 +72,9 @@ def check_case(spark, root: str, case: Case, stats: Counter) -> None:
         sides[row["_side"]].append(row[:-1])
     expected, actual = sides["parquet"], sides["dynsource"]
     assert actual == expected
+    # Reuse: the same joined DataFrame, queried again, reads the same partitions.
+    assert actual_df.count() == len(expected)
+    check_two_references(spark, root, case, dim, handle, stats)
     if not case.filter.rows:
         return  # Spark drops a join with an empty side: the fact table may never be scanned
     report = dynsource.scan_report(handle)
@@ -96,6 +82,25 @@ def check_case(spark, root: str, case: Case, stats: Counter) -> None:
     stats["joined rows"] += len(expected)
     stats["pruned partitions"] += report.partitions_total - report.partitions_kept
     stats[f"kind {report.payload_kind if report.filtering else 'exceeded'}"] += 1
+
+
+def check_two_references(spark, root: str, case: Case, dim, handle: str, stats: Counter) -> None:
+    """One query naming the table twice, with the handle and without: equal to the native query."""
+    options = {"timeZone": "UTC"}
+    if case.table.declared:
+        options["partitionColumns"] = ", ".join(f"`{name}` {t}" for name, t in case.table.declared.items())
+    dynsource.register_table(spark, "gen_fact", path=root, replace=True,
+                             definitions=str(Path(root).parent / "definitions"), **options)
+    plain_fact(spark, root, case.table).createOrReplaceTempView("gen_fact_native")
+    dim.createOrReplaceTempView("gen_dim")
+    operator_sql = "<=>" if case.filter.null_safe else "="
+    condition = " AND ".join(f"f.`{name}` {operator_sql} d.`d_{name}`" for name, _ in case.filter.fields)
+    query = ("SELECT 1 AS ref, f.v FROM {fact} f LEFT SEMI JOIN gen_dim d ON " + condition +
+             " UNION ALL SELECT 2 AS ref, v FROM {plain}")
+    ours = dynsource.sql(spark, query.format(fact=f"gen_fact WITH ('dynamicFilter' = '{handle}')", plain="gen_fact"))
+    native = spark.sql(query.format(fact="gen_fact_native", plain="gen_fact_native"))
+    assert rows(ours) == rows(native)
+    stats["two-reference queries"] += 1
 
 
 def test_dynamic_read_joined_to_the_dimension_equals_the_plain_join(spark, tmp_path_factory):
@@ -111,3 +116,4 @@ def test_dynamic_read_joined_to_the_dimension_equals_the_plain_join(spark, tmp_p
     print(f"spark equivalence: {dict(stats)}")
     assert stats["cases"] >= SPARK_CASES
     assert stats["joined rows"] > 0 and stats["pruned partitions"] > 0
+    assert stats["two-reference queries"] == stats["cases"]
