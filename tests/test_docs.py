@@ -22,3 +22,7 @@ def test_data_source_docstring_example_runs(spark):
 def test_filtering_data_docstring_example_runs():
     run_examples(filtering.DynamicFilteringData, {"DynamicFilteringData": filtering.DynamicFilteringData,
                                                    "pa": filtering.pa})
+
+
+def test_sql_docstring_example_runs(spark):
+    run_examples(dynsource.sql, {"spark": spark})
