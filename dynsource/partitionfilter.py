@@ -303,14 +303,15 @@ def _scalar(literal: Literal, type_name: str) -> pa.Scalar:
     arrow = types.arrow_type(type_name)
     if literal.kind == "null":
         return pa.scalar(None, arrow)
-    if literal.kind in ("string", "date") and (type_name != "string" or literal.kind == "date"):
-        target = "date" if literal.kind == "date" else type_name
-        try:  # Spark casts a string literal to the column's type, as it types partition directory names
-            return partitions.to_arrow([partitions.escape_path_name(literal.value)], target)[0].cast(arrow)
-        except (ValueError, pa.ArrowException):
-            raise ValueError(f"literal '{literal.value}' cannot be converted to {type_name}") from None
     if literal.kind == "string" and type_name == "string":
         return pa.scalar(literal.value, arrow)
+    # Spark casts a string literal to the column's type, as it types partition directory names. (A string
+    # column compared with a DATE literal is cast to date instead: refused rather than emulated.)
+    if literal.kind == "string" or (literal.kind == "date" and type_name == "date"):
+        try:
+            return partitions.to_arrow([partitions.escape_path_name(literal.value)], type_name)[0]
+        except (ValueError, pa.ArrowException):
+            raise ValueError(f"literal '{literal.value}' cannot be converted to {type_name}") from None
     if literal.kind == "boolean" and type_name == "boolean":
         return pa.scalar(literal.value, arrow)
     if literal.kind == "number" and type_name in _INTEGRAL and literal.value == literal.value.to_integral_value():

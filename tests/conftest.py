@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.helpers import pushdown_set
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
@@ -32,3 +34,10 @@ def spark(tmp_path_factory):
     dynsource.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["false", "true"], ids=lambda value: f"pushdown-{value}")
+def pushdown(spark, request):
+    """The session with Spark's filter pushdown off, then on (as the user or another library may set it)."""
+    with pushdown_set(spark, request.param) as session:
+        yield session

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from pyspark.sql.types import NullType, StringType, StructType
 
 from tests.generated_tables import DATA_COLUMN, Table
+
+# Spark's filter pushdown to Python sources (pyspark 4.1+; 4.0 keeps the setting and pushes nothing).
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def read(spark, path, schema=None, **options):
@@ -36,3 +41,17 @@ def same_types(actual: StructType, expected: StructType) -> bool:
         a.dataType == e.dataType or (isinstance(e.dataType, NullType) and isinstance(a.dataType, StringType))
         for a, e in zip(actual, expected, strict=True)
     )
+
+
+@contextlib.contextmanager
+def pushdown_set(spark, value: str):
+    """``spark`` with Spark's filter pushdown to Python sources set to ``value``, restored afterwards."""
+    previous = spark.conf.get(PUSHDOWN_CONF, None)
+    spark.conf.set(PUSHDOWN_CONF, value)
+    try:
+        yield spark
+    finally:
+        if previous is None:
+            spark.conf.unset(PUSHDOWN_CONF)
+        else:
+            spark.conf.set(PUSHDOWN_CONF, previous)

@@ -12,15 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSourceReader
 
 import dynsource
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.source import DynsourceDataSource, DynsourceReader
-from tests.helpers import read, rows
-
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-PUSHDOWN_EXISTS = hasattr(DataSourceReader, "pushFilters")  # pyspark 4.1 and later
+from tests.helpers import PUSHDOWN_CONF, read, rows
 
 # Every shape the README lists for partitionFilter; each is also a WHERE clause Spark evaluates.
 PREDICATES = [
@@ -54,19 +50,6 @@ PREDICATES = [
     "a = NULL",
     "A = 1",
 ]
-
-
-@pytest.fixture(params=["false", "true"] if PUSHDOWN_EXISTS else ["unset"], ids=lambda v: f"pushdown-{v}")
-def pushdown(spark, request):
-    """The session with Spark's filter pushdown for Python sources off, then on (as another library may set it)."""
-    previous = spark.conf.get(PUSHDOWN_CONF, None)
-    if request.param != "unset":
-        spark.conf.set(PUSHDOWN_CONF, request.param)
-    yield spark
-    if previous is not None:
-        spark.conf.set(PUSHDOWN_CONF, previous)
-    else:
-        spark.conf.unset(PUSHDOWN_CONF)
 
 
 @pytest.fixture(scope="module")
@@ -198,9 +181,9 @@ def test_reader_defines_no_push_filters(table):
 
 
 def test_register_changes_no_spark_setting(spark):
-    before = spark.conf.get(PUSHDOWN_CONF, None) if PUSHDOWN_EXISTS else None
+    before = spark.conf.get(PUSHDOWN_CONF, None)
     dynsource.register(spark)
-    assert (spark.conf.get(PUSHDOWN_CONF, None) if PUSHDOWN_EXISTS else None) == before
+    assert spark.conf.get(PUSHDOWN_CONF, None) == before
 
 
 def test_where_in_sql_equals_spark(pushdown, table):

@@ -28,9 +28,8 @@ from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
 import dynsource
 from tests.generated_tables import DATA_COLUMN, Table, tables, typed_values, write_table
-from tests.helpers import plain_fact, read, rows, same_types
+from tests.helpers import plain_fact, pushdown_set, read, rows, same_types
 
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 KINDS = ("dataframe", "view", "table", "filtered")
 MIN_STEPS = 200
 _counter = itertools.count()
@@ -223,19 +222,17 @@ class SessionMachine(RuleBasedStateMachine):
             self.ours.unpersist()
 
 
-@pytest.mark.parametrize("pushdown", ["false", "true"])  # each half of the MIN_STEPS
-def test_generated_session_sequences_equal_spark(spark, tmp_path_factory, pushdown):
-    previous = spark.conf.get(PUSHDOWN_CONF, None)
-    spark.conf.set(PUSHDOWN_CONF, pushdown)  # pyspark 4.0 keeps the setting and pushes nothing either way
+@pytest.mark.parametrize("setting", ["false", "true"])  # each run does half of MIN_STEPS
+def test_generated_session_sequences_equal_spark(spark, tmp_path_factory, setting, capsys):
     STATS.clear()
-    SessionMachine.spark, SessionMachine.tmp = spark, tmp_path_factory.mktemp(f"sessions-{pushdown}")
+    SessionMachine.spark, SessionMachine.tmp = spark, tmp_path_factory.mktemp(f"sessions-{setting}")
     runner = SessionMachine.TestCase
     runner.settings = settings(max_examples=13, stateful_step_count=10, derandomize=True, database=None,
                                deadline=None, suppress_health_check=list(HealthCheck))
     try:
-        runner().runTest()
+        with pushdown_set(spark, setting):
+            runner().runTest()
     finally:
-        if previous is not None:
-            spark.conf.set(PUSHDOWN_CONF, previous)
-        print(f"session sequences (pushdown {pushdown}): {dict(STATS)}")
+        with capsys.disabled():  # the figures belong in CI's output
+            print(f"\nsession sequences (pushdown {setting}): {dict(STATS)}")
     assert STATS["steps"] >= MIN_STEPS // 2, STATS
