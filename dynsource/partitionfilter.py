@@ -35,6 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from dynsource import partitions, types
+from dynsource.enumerator import LevelFilter
 
 OPTION = "partitionFilter"
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
@@ -128,7 +129,7 @@ class PartitionFilter:
             except ValueError as error:
                 raise _error(self.text, f"column '{column}': {error}") from None
 
-    def level_filter(self, column_types: Mapping[str, str], time_zone: str | None):
+    def level_filter(self, column_types: Mapping[str, str], time_zone: str | None) -> LevelFilter:
         """An enumerator level filter: keeps the directories of a level for which every decidable conjunct holds.
 
         A conjunct is decided at the level where its last column appears; deeper
