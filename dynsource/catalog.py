@@ -1,7 +1,7 @@
 """Registered tables: dynsource tables in Spark's catalog that plain SQL reads.
 
 Spark keeps no OPTIONS, LOCATION or TBLPROPERTIES for a table of a Python data
-source (DESIGN fact 6): the source sees only the options of the table reference
+source: the source sees only the options of the table reference
 (``WITH (...)``). What survives is the source name. So each table gets its own
 source, ``dynsource.<db>.<table>``, a subclass of ``DynsourceDataSource`` whose
 class attributes say where the table's definition is stored; they travel with

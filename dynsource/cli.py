@@ -103,7 +103,8 @@ def _list_tables(spark: SparkSession, definitions: str | None) -> None:
 
 
 def _hive_session(settings: dict[str, str]) -> SparkSession:
-    # Workers must run this interpreter (DESIGN fact 1), and only a Hive catalog keeps tables after the command.
+    # Workers must run this interpreter (the system python3 lacks pyarrow), and only a Hive catalog keeps
+    # tables after the command.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

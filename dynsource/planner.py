@@ -35,7 +35,7 @@ class FileSplit:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """Everything ``read()`` needs for one InputPartition (DESIGN fact 3: it travels inside it).
+    """Everything ``read()`` needs for one InputPartition: Spark pickles the reader before ``partitions()`` runs.
 
     ``index`` is the InputPartition's position in the scan, which names its task's figures in the report;
     ``row_filter`` applies the dynamic filter's data-column fields.
