@@ -1,7 +1,7 @@
 """Filter handles: publish a DynamicFilteringData under a handle, resolve it elsewhere.
 
-The reader plans in a Python worker, not in the process that collected the
-filter (DESIGN fact 2), so a handle names a file in a shared fsspec directory.
+The reader plans in a Spark Python worker, not in the process that collected
+the filter, so a handle names a file in a shared fsspec directory.
 Publishing writes a temporary file and renames it, so a reader sees either no
 payload or a whole one.
 
