@@ -31,7 +31,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import store
+from dynsource import figures, store
 from dynsource.options import ScanOptions
 from dynsource.source import DynsourceDataSource
 
@@ -105,10 +105,13 @@ class TableSource(DynsourceDataSource):
         return self.definition.schema
 
 
-def table_source(table: str, location: str) -> type[TableSource]:
+def table_source(
+    table: str, location: str, task_figures: figures.Channel | figures.Unavailable
+) -> type[TableSource]:
     """A new ``TableSource`` class for ``table`` whose definition is in the directory ``location``."""
     # Not importable by name, so cloudpickle ships the class by value, attributes included.
-    return type(f"TableSource_{table.replace('.', '_')}", (TableSource,), {"table": table, "location": location})
+    attributes = {"table": table, "location": location, "task_figures": task_figures}
+    return type(f"TableSource_{table.replace('.', '_')}", (TableSource,), attributes)
 
 
 def merge_options(stored: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
@@ -313,7 +316,7 @@ def qualified_name(spark: SparkSession, name: str) -> str:
 
 
 def _register_source(spark: SparkSession, table: str, location: str) -> type[TableSource]:
-    source = table_source(table, location)
+    source = table_source(table, location, figures.channel(spark))
     spark.dataSource.register(source)
     _locations[table] = location
     return source

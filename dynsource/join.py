@@ -92,13 +92,15 @@ def dynamic_join(
     else:
         dim = dim if dim.is_cached else dim.cache()
         types = {field: fact_df.schema[field].dataType.simpleString() for field, _ in pairs}
-        store = collect_options.pop("store", None)
+        # Named explicitly: Spark's Python workers keep the environment the session started with, so a
+        # $DYNSOURCE_FILTER_STORE set since then would send the planner to another store.
+        store = collect_options.pop("store", None) or filter_store.default_store()
         store_options = collect_options.pop("storage_options", None)
         data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
         handle = filter_store.publish(data, store, storage_options=store_options)
         reason = _no_benefit(fact_options, data, types, fallback_filter_ratio)
         if reason is None:
-            filtered = {**base_options, "dynamicFilter": handle, **({"filterStore": store} if store else {}),
+            filtered = {**base_options, "dynamicFilter": handle, "filterStore": store,
                         **({"filterStoreOptions": json.dumps(dict(store_options))} if store_options else {})}
             fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
     condition = functools.reduce(lambda a, b: a & b, [fact_df[f] == dim[d] for f, d in pairs])

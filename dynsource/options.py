@@ -15,6 +15,7 @@ from dynsource import storage, store
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.partitions import parse_ddl
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
+from dynsource.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
 from dynsource.storage import StorageOptions
 
 FORMATS = ("parquet", "orc", "csv", "json")
@@ -46,6 +47,7 @@ class ScanOptions:
     batchSize: int = DEFAULT_BATCH_SIZE
     timeZone: str | None = None
     rowFilterMaxKeys: int = DEFAULT_ROW_FILTER_MAX_KEYS
+    taskFilterMaxBytes: int = DEFAULT_TASK_FILTER_MAX_BYTES
     dynamicFilterWaitMs: int = DEFAULT_WAIT_MS
     storageOptions: StorageOptions = storage.NO_OPTIONS
     filterStoreOptions: StorageOptions | None = None
@@ -156,6 +158,7 @@ _PARSERS = {
     "batchSize": _positive_int,
     "timeZone": _time_zone,
     "rowFilterMaxKeys": _non_negative_int,
+    "taskFilterMaxBytes": _byte_size,
     "dynamicFilterWaitMs": _non_negative_int,
     "storageOptions": StorageOptions.parse,
     "filterStoreOptions": StorageOptions.parse,

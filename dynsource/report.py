@@ -1,10 +1,11 @@
 """Scan reports: what a dynamically filtered scan kept, pruned and why (EXPLAIN for dynamic filtering).
 
-The scan is planned in a Python worker, so the report is written to the
-filter store under the filter's handle and read back in the driver. Row groups
-and rows are counted later, by the ``read()`` tasks in executors: each task
-writes its own figures next to the report, and :func:`scan_report` adds up the
-figures of the tasks of the last planned scan.
+The scan is planned in a Python worker on the driver's host, so the report is
+written to the filter store under the filter's handle and read back in the
+driver. Row groups and rows are counted later, by the ``read()`` tasks in
+executors, which send them through a Spark accumulator (:mod:`dynsource.figures`);
+:func:`scan_report` adds up the figures of the tasks of the last planned scan,
+or says why there are none to add up.
 """
 
 from __future__ import annotations
@@ -19,23 +20,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from dynsource import storage, store
+from dynsource import figures, store
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ReadCounts:
-    """Figures one ``read()`` task counts when a filter field is a data column.
-
-    ``rows_read`` are the rows of the row groups read, before row filtering;
-    ``rows_filtered`` those row filtering then dropped.
-    """
-
-    row_groups_total: int = 0
-    row_groups_skipped: int = 0
-    rows_read: int = 0
-    rows_filtered: int = 0
+_TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(figures.ReadCounts)))
 
 
 @dataclass(frozen=True)
@@ -49,10 +37,14 @@ class ScanReport:
 
     ``data_columns`` are the filter fields that are data columns. For those, the
     read tasks skip Parquet row groups (``row_groups_total`` of the kept files,
-    ``row_groups_skipped``) and, when ``row_filtering`` (the filter has at most
-    ``rowFilterMaxKeys`` keys), filter rows (``rows_read``, ``rows_filtered``).
-    These task figures are sums over the ``tasks_reported`` tasks that have run
-    (0 before the first action, or without data-column fields).
+    ``row_groups_skipped``) and, when ``row_filtering`` was planned (the filter
+    has at most ``rowFilterMaxKeys`` keys and fits ``taskFilterMaxBytes``),
+    filter rows (``rows_read``, ``rows_filtered``; ``row_filtering_tasks`` of
+    them did to the end). These task figures are sums over the
+    ``tasks_reported`` tasks that have run (0 before the first action, or
+    without data-column fields). When the tasks had no way to send them (Spark
+    Connect), or the report is read outside the driver that ran the scan, they
+    are None and ``task_figures_unavailable`` says why.
 
     The report of a :func:`dynsource.dynamic_join` that did not prune has no
     handle and no scan figures (None), only the reason.
@@ -76,11 +68,14 @@ class ScanReport:
     scan_id: str | None = None
     data_columns: tuple[str, ...] = ()
     row_filtering: bool = False
-    tasks_reported: int = 0
-    row_groups_total: int = 0
-    row_groups_skipped: int = 0
-    rows_read: int = 0
-    rows_filtered: int = 0
+    figures_owner: str | None = None
+    task_figures_unavailable: str | None = None
+    tasks_reported: int | None = 0
+    row_groups_total: int | None = 0
+    row_groups_skipped: int | None = 0
+    rows_read: int | None = 0
+    rows_filtered: int | None = 0
+    row_filtering_tasks: int | None = 0
 
     def log(self) -> None:
         # Flink's HiveSourceDynamicFileEnumerator wording, so the line is familiar in logs.
@@ -100,19 +95,6 @@ class ScanReport:
 
 def save(report: ScanReport, filter_store: str | None, *, storage_options: Mapping[str, Any] | None = None) -> None:
     store.put(_name(report.handle), json.dumps(asdict(report)).encode(), filter_store, storage_options=storage_options)
-
-
-def save_task(
-    handle: str, scan_id: str, task: int, counts: ReadCounts, filter_store: str | None, *,
-    storage_options: Mapping[str, Any] | None = None,
-) -> None:
-    """Record the figures of one read task.
-
-    Named by the task's InputPartition index, so a retried task or a second
-    action on the same DataFrame replaces its figures instead of adding to them.
-    """
-    store.put(f"{_task_directory(handle, scan_id)}/{task}.json", json.dumps(asdict(counts)).encode(), filter_store,
-              storage_options=storage_options)
 
 
 @dataclass(frozen=True)
@@ -152,9 +134,7 @@ def scan_report(
                               filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,
                               bytes_kept=None, listings=None, input_partitions=None, planning_ms=None,
                               fallback_reason=join.reason)
-        if join.store:
-            return _handle_report(join.handle, join.store, join.storage_options)
-        return _handle_report(join.handle, store_url, storage_options)
+        return _handle_report(join.handle, join.store, join.storage_options)
     return _handle_report(target, store_url, storage_options)
 
 
@@ -165,32 +145,19 @@ def _handle_report(handle: str, store_url: str | None, storage_options: Mapping[
     except FileNotFoundError:
         raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.") from None
     report = ScanReport(**{**fields, "data_columns": tuple(fields.get("data_columns", ()))})
-    if report.scan_id is None:
+    if report.scan_id is None or not report.data_columns:
         return report
-    tasks = _task_counts(handle, report.scan_id, store_url, storage_options)
-    totals = {name: sum(getattr(task, name) for task in tasks) for name in asdict(ReadCounts())}
-    return dataclasses.replace(report, tasks_reported=len(tasks), **totals)
-
-
-def _task_counts(
-    handle: str, scan_id: str, store_url: str | None, storage_options: Mapping[str, Any] | None
-) -> list[ReadCounts]:
-    fs, root = storage.filesystem(store_url or store.default_store(), storage_options)
-    fs.invalidate_cache()  # tasks kept writing their figures since this process may have listed them
-    directory = f"{root.rstrip('/')}/{_task_directory(handle, scan_id)}"
-    try:
-        names = fs.ls(directory, detail=False)
-    except FileNotFoundError:
-        return []
-    # store.put leaves '<name>.<uuid>.tmp' files while it writes.
-    return [ReadCounts(**json.loads(fs.cat_file(name))) for name in names if name.endswith(".json")]
+    if report.task_figures_unavailable is None:
+        totals = figures.scan_totals(report.figures_owner, report.scan_id)
+        if totals is not None:
+            tasks, counts = totals
+            return dataclasses.replace(report, tasks_reported=tasks, **asdict(counts))
+        report = dataclasses.replace(
+            report, task_figures_unavailable=f"the read tasks sent them to the driver process {report.figures_owner}, "
+            "which ran the scan; ask its dynsource.scan_report()")
+    return dataclasses.replace(report, **dict.fromkeys(_TASK_FIGURES))
 
 
 def _name(handle: str) -> str:
     store.validate_handle(handle)  # a handle names a file: '../' must not reach outside the store
     return f"{store.REPORTS}/{handle}.json"
-
-
-def _task_directory(handle: str, scan_id: str) -> str:
-    store.validate_handle(handle)
-    return f"{store.REPORTS}/{handle}/{scan_id}"

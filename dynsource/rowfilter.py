@@ -10,15 +10,19 @@ Dropping rows by a data column is only valid because passing ``dynamicFilter``
 declares an inner or semi join with the dimension on the filter fields: a row
 whose key no dimension row matches cannot be in the result.
 
-Planning builds a small :class:`RowFilterSpec` that travels in every
-InputPartition; the payload itself, maybe large, is resolved by its handle in
-each Python worker and cached there. A payload that cannot be resolved, or a
-kind this module does not understand, never drops anything.
+Planning resolves the handle once and puts what the read tasks need into every
+InputPartition (as Flink's coordinator hands splits to its readers): the
+payload reduced to the compared columns, in its checksummed wire format. Read
+tasks never open the filter store, which executors on a cluster may not reach.
+The payload is copied into every task, so it is capped (``taskFilterMaxBytes``):
+an exact payload over the cap travels as its per-column bounds, which still skip
+row groups but filter no rows; a Bloom payload over the cap does not travel.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import datetime as dt
 import functools
 import logging
@@ -31,34 +35,35 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dynsource import store, types
+from dynsource import types
+from dynsource.figures import ReadCounts
 from dynsource.filtering import DynamicFilteringData
-from dynsource.report import ReadCounts
-from dynsource.storage import NO_OPTIONS, StorageOptions
 
 log = logging.getLogger(__name__)
 
-_RESOLVED_CACHE_SIZE = 8
+_DECODED_CACHE_SIZE = 8
 _FILTER_ERRORS = (TypeError, ValueError, pa.ArrowException)
+# Spark warns about tasks over 1000 KiB; the payload is in every task beside its file list.
+DEFAULT_TASK_FILTER_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
 class RowFilterSpec:
-    """What ``read()`` needs to rebuild the row filter; it names the payload instead of carrying it.
+    """What ``read()`` needs to filter rows: the payload itself, never a reference to the store.
 
-    ``data_columns`` are the data-column fields as (read-schema column, Spark SQL type);
-    ``mask_columns`` every read-schema column the row mask compares (the data
-    columns and the comparable partition-column fields).
+    ``payload`` is the wire format (:meth:`DynamicFilteringData.to_bytes`) of the
+    filter as the tasks apply it; ``data_columns`` are the data-column fields as
+    (read-schema column, Spark SQL type); ``mask_columns`` every read-schema
+    column the row mask compares (the data columns and the comparable
+    partition-column fields).
     """
 
     handle: str
-    store: str | None
     scan_id: str
+    payload: bytes
     data_columns: tuple[tuple[str, str], ...]
     mask_columns: tuple[str, ...]
     filter_rows: bool
-    storage_options: StorageOptions = NO_OPTIONS  # the store's, so that every worker can reach it
-    digest: str = ""  # of the payload the scan was planned with: a worker applies that one or none
 
 
 def plan_row_filter(
@@ -67,17 +72,17 @@ def plan_row_filter(
     column_types: Mapping[str, str],
     *,
     handle: str,
-    filter_store: str | None,
-    filter_store_options: StorageOptions = NO_OPTIONS,
     scan_id: str,
     max_keys: int,
+    max_bytes: int = DEFAULT_TASK_FILTER_MAX_BYTES,
     on_error: str,
 ) -> tuple[RowFilterSpec | None, str | None]:
-    """The spec for the data-column fields of ``data``, or None and why it cannot be applied.
+    """The spec for the data-column fields of ``data``, or None, and what the tasks cannot do (or None).
 
     ``column_types`` maps the read schema's columns to their Spark SQL types. No
     data-column field (or non-filtering data) gives (None, None). A data column
-    the filter cannot be compared with raises under ``on_error="fail"``.
+    the filter cannot be compared with raises under ``on_error="fail"``. A
+    payload over ``max_bytes`` travels as bounds (exact, range) or not at all (Bloom).
     """
     if not data.is_filtering:
         return None, None
@@ -101,17 +106,40 @@ def plan_row_filter(
         column for column in fields
         if column in data_columns or _comparison_error(data, column, column_types[column]) is None
     ]
+    task_data = _projected(data, mask_columns)
+    payload, capped = task_data.to_bytes(), None
+    if len(payload) > max_bytes:
+        payload, capped = _capped(task_data, len(payload), max_bytes)
+        if payload is None:
+            return None, capped
     spec = RowFilterSpec(
         handle=handle,
-        store=filter_store,
         scan_id=scan_id,
+        payload=payload,
         data_columns=tuple((column, column_types[column]) for column in data_columns),
         mask_columns=tuple(mask_columns),
-        filter_rows=len(data) <= max_keys,
-        storage_options=filter_store_options,
-        digest=data.digest,
+        filter_rows=capped is None and len(task_data) <= max_keys,
     )
-    return spec, None
+    return spec, capped
+
+
+def _projected(data: DynamicFilteringData, columns: Sequence[str]) -> DynamicFilteringData:
+    """Exact data reduced to the fields the tasks compare (fewer distinct rows); other kinds as they are."""
+    wanted = {column.lower() for column in columns}
+    fields = [field for field in data.fields if field[0].lower() in wanted]
+    if data.kind != "exact" or len(fields) == len(data.fields):
+        return data
+    return DynamicFilteringData.from_table(fields, data.table.select([name for name, _ in fields]),
+                                           null_safe=data.null_safe)
+
+
+def _capped(data: DynamicFilteringData, size: int, max_bytes: int) -> tuple[bytes | None, str]:
+    """What travels instead of a payload over the cap, and what the report says of it."""
+    over = f"the task filter is {size} bytes, over option 'taskFilterMaxBytes' ({max_bytes})"
+    if data.kind != "exact":
+        return None, f"{over}: read tasks neither skip row groups nor filter rows"
+    bounds = DynamicFilteringData.from_table(data.fields, data.table, kind="range", null_safe=data.null_safe)
+    return bounds.to_bytes(), f"{over}: read tasks skip row groups by its bounds and filter no rows"
 
 
 def _comparison_error(data: DynamicFilteringData, column: str, type_name: str) -> Exception | None:
@@ -124,29 +152,22 @@ def _comparison_error(data: DynamicFilteringData, column: str, type_name: str) -
 
 
 def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
-    """The row filter of a planned scan in this worker, or None: read every row of the planned files."""
+    """The row filter of a planned scan in this task, or None: read every row of the planned files."""
     if spec is None:
         return None
     try:
-        resolved = _resolve(spec.store or store.default_store(), spec.handle, spec.storage_options, spec.digest)
-    except (LookupError, ValueError, OSError) as error:
-        log.warning("dynsource: dynamic filter '%s' cannot be resolved in this worker, reading rows unfiltered: %s",
+        decoded = _decode(spec.payload)
+    except ValueError as error:
+        log.warning("dynsource: the plan's copy of dynamic filter '%s' cannot be read, reading rows unfiltered: %s",
                     spec.handle, error)
         return None
-    fields = {name.lower() for name in resolved.data.field_names}
-    if not resolved.data.is_filtering or any(column.lower() not in fields for column in spec.mask_columns):
-        return None  # exceeded, or not the payload the scan was planned with: filter nothing
-    return RowFilter(resolved, spec)
+    return RowFilter(decoded, spec)
 
 
-@functools.lru_cache(maxsize=_RESOLVED_CACHE_SIZE)
-def _resolve(store_url: str, handle: str, storage_options: StorageOptions, digest: str) -> _ResolvedFilter:
-    # Python workers are reused across tasks: resolve (read, verify, parse) each payload once per process.
-    # Keyed by the planned payload's digest too: a reserved handle published again must not hit an older entry.
-    data = store.resolve(handle, store_url, storage_options=storage_options)
-    if data.digest != digest:
-        raise ValueError(f"dynamic filter '{handle}' was published again after the scan was planned")
-    return _ResolvedFilter(data)
+@functools.lru_cache(maxsize=_DECODED_CACHE_SIZE)
+def _decode(payload: bytes) -> _ResolvedFilter:
+    # Python workers are reused across tasks: verify and parse each payload once per process.
+    return _ResolvedFilter(DynamicFilteringData.from_bytes(payload))
 
 
 class _ResolvedFilter:
@@ -174,6 +195,11 @@ class RowFilter:
         # (column, its Spark SQL type, the filter field) for each data column.
         self._columns = [(column, column_type, fields[column.lower()]) for column, column_type in spec.data_columns]
         self._filter_rows = spec.filter_rows
+
+    @property
+    def figures(self) -> ReadCounts:
+        """What this task counted, and whether it filtered rows to the end (a comparison error stops it)."""
+        return dataclasses.replace(self.counts, row_filtering_tasks=int(self._filter_rows))
 
     @property
     def data(self) -> DynamicFilteringData:

@@ -6,13 +6,13 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructField, StructType
 
-from dynsource import files, partitions, planner, report, rowfilter, store
+from dynsource import figures, files, partitions, planner, report, rowfilter, store
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
@@ -104,6 +104,11 @@ class DynsourceDataSource(DataSource):
         Most keys of a dynamic filter for which the read tasks filter rows by its
         data-column fields (openLooKeng's row-filtering threshold); above it they
         only skip Parquet row groups. ``"0"`` turns row filtering off.
+    taskFilterMaxBytes : str, default "262144" (256 KiB)
+        Most bytes of the filter copied into each read task for its data-column
+        fields (planning reads the store; read tasks never do). Over it, exact
+        keys travel as their bounds (row groups are skipped, no rows filtered)
+        and a Bloom filter does not travel; the scan report says so.
 
     Examples
     --------
@@ -128,9 +133,21 @@ class DynsourceDataSource(DataSource):
     [Row(price=4.0, day=3)]
     """
 
+    # How read tasks send their figures to the driver; dynsource.register gives the registered class its own.
+    task_figures: ClassVar[figures.Channel | figures.Unavailable] = figures.Unavailable(figures.NOT_REGISTERED)
+
     @classmethod
     def name(cls) -> str:
         return "dynsource"
+
+    @classmethod
+    def with_figures(cls, channel: figures.Channel | figures.Unavailable) -> type[DynsourceDataSource]:
+        """A subclass whose read tasks send their figures through ``channel``.
+
+        It is not importable by name, so cloudpickle ships it by value, the
+        channel (an accumulator) included, to the Python workers.
+        """
+        return type(f"{cls.__name__}WithFigures", (cls,), {"task_figures": channel})
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -142,16 +159,19 @@ class DynsourceDataSource(DataSource):
         return table_schema(listing, fs, self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:
-        return DynsourceReader(self.scan_options, schema)
+        return DynsourceReader(self.scan_options, schema, self.task_figures)
 
 
 class DynsourceReader(DataSourceReader):
-    def __init__(self, options: ScanOptions, schema: StructType) -> None:
+    def __init__(
+        self, options: ScanOptions, schema: StructType, task_figures: figures.Channel | figures.Unavailable
+    ) -> None:
         self.options = options
         self.schema = schema
+        self.task_figures = task_figures
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan_scan(self.options, self.schema)
+        return plan_scan(self.options, self.schema, self.task_figures)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
@@ -167,16 +187,7 @@ class DynsourceReader(DataSourceReader):
         finally:
             # Also when Spark stops early (a LIMIT): the figures then cover what was read.
             if row_filter is not None:
-                _report_task(plan, row_filter)
-
-
-def _report_task(plan: planner.SplitPlan, row_filter: rowfilter.RowFilter) -> None:
-    spec = row_filter.spec
-    try:
-        report.save_task(spec.handle, spec.scan_id, plan.index, row_filter.counts, spec.store,
-                         storage_options=spec.storage_options)
-    except OSError as error:
-        log.warning("dynsource: could not save the read figures of '%s': %s", spec.handle, error)
+                self.task_figures.record(row_filter.spec.scan_id, plan.index, row_filter.figures)
 
 
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
@@ -213,7 +224,10 @@ def read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str
     return {**schema_types, **dict(options.partitionColumns)}
 
 
-def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
+def plan_scan(
+    options: ScanOptions, schema: StructType,
+    task_figures: figures.Channel | figures.Unavailable = DynsourceDataSource.task_figures,
+) -> list[InputPartition]:
     """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files."""
     started = time.perf_counter()
     fs, root = files.open_table(options.path, options.storageOptions)
@@ -242,9 +256,9 @@ def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
     row_filter, rows_unusable = None, None
     if enumerator.data is not None:  # None also when the enumerator set the filter aside
         row_filter, rows_unusable = rowfilter.plan_row_filter(
-            data, listing.columns, schema_types, handle=options.dynamicFilter, filter_store=options.filterStore,
-            filter_store_options=options.store_options,
-            scan_id=scan_id, max_keys=options.rowFilterMaxKeys, on_error=options.dynamicFilterOnError,
+            data, listing.columns, schema_types, handle=options.dynamicFilter, scan_id=scan_id,
+            max_keys=options.rowFilterMaxKeys, max_bytes=options.taskFilterMaxBytes,
+            on_error=options.dynamicFilterOnError,
         )
     input_partitions = planner.plan(
         listing.partitions, values, read_columns,
@@ -259,7 +273,8 @@ def plan_scan(options: ScanOptions, schema: StructType) -> list[InputPartition]:
         if data is not None and not data.is_filtering:
             reason = "the filter exceeded the collector's threshold"
         _report(options, data, listing, reason=reason, rows_reason=rows_unusable, wait_ms=wait_ms,
-                input_partitions=len(input_partitions), started=started, scan_id=scan_id, row_filter=row_filter)
+                input_partitions=len(input_partitions), started=started, scan_id=scan_id, row_filter=row_filter,
+                task_figures=task_figures)
     return input_partitions
 
 
@@ -304,7 +319,8 @@ def _typed_values(listing: Listing, columns: Sequence[str], types: dict[str, str
 
 
 def _report(
-    options, data, listing, *, reason, rows_reason, wait_ms, input_partitions, started, scan_id, row_filter
+    options, data, listing, *, reason, rows_reason, wait_ms, input_partitions, started, scan_id, row_filter,
+    task_figures,
 ) -> None:
     # A data column the filter cannot compare leaves the partition pruning standing: filtering stays true.
     kept_files = [f for p in listing.partitions for f in p.files]
@@ -327,6 +343,8 @@ def _report(
         scan_id=scan_id,
         data_columns=tuple(column for column, _ in row_filter.data_columns) if row_filter else (),
         row_filtering=row_filter is not None and row_filter.filter_rows,
+        figures_owner=task_figures.owner if isinstance(task_figures, figures.Channel) else None,
+        task_figures_unavailable=task_figures.reason if isinstance(task_figures, figures.Unavailable) else None,
     )
     scan.log()
     try:

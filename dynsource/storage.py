@@ -95,6 +95,11 @@ def same_protocol(url: str, other: str) -> bool:
     return _protocol(url) == _protocol(other)
 
 
+def is_local(url: str) -> bool:
+    """Whether ``url`` (or a path) is on this machine's disk."""
+    return _protocol(url) == "file"
+
+
 def _protocol(url: str) -> str:
     protocol, _ = fsspec.core.split_protocol(url)
     return "file" if protocol in (None, "file", "local") else protocol

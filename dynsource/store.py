@@ -10,8 +10,8 @@ the store then holds a *pending* marker, and readers wait for the payload up to
 a timeout. A collector that fails leaves a *failed* marker with the reason, so
 readers stop waiting at once and report why.
 
-Every successful :func:`resolve` (the planner's, and each executor process's)
-renews a *lease*: it rewrites ``<handle>.lease``. :func:`expire` removes a
+Every successful :func:`resolve` (the query planner's; read tasks never
+resolve, their filter travels in the plan) renews a *lease*: it rewrites ``<handle>.lease``. :func:`expire` removes a
 handle only when nothing of it (payload, markers, lease, scan report) changed
 for ``older_than`` and its lease is older than ``LEASE_SECONDS``, so a handle a
 query is planning or reading with stays. A reader that starts in the instant
@@ -33,14 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+from pyspark.sql import SparkSession
 
-from dynsource import storage
+from dynsource import deployment, storage
 from dynsource.filtering import DynamicFilteringData
 
 STORE_ENV = "DYNSOURCE_FILTER_STORE"
 _HANDLE = re.compile(r"dynf-[0-9a-f]{32}")  # fullmatch: "$" would also allow a final newline
 _PAYLOAD, _PENDING, _FAILED, _LEASE = ".dynf", ".pending", ".failed", ".lease"
-# dynsource.report saves a handle's scan report as reports/<handle>.json and its task figures below reports/<handle>/.
+# dynsource.report saves a handle's scan report as reports/<handle>.json.
 REPORTS = "reports"
 # A resolve protects its handle from expire() this long: longer than planning plus the read tasks of a query.
 LEASE_SECONDS = 3600.0
@@ -74,6 +75,7 @@ def default_store() -> str:
 
 def reserve(store: str | None = None, *, storage_options: Options = None) -> str:
     """A new handle whose filter will be published later; readers wait for it."""
+    deployment.warn_if_local_store(SparkSession.getActiveSession(), store or default_store())
     handle = _new_handle()
     put(f"{handle}{_PENDING}", b"", store, storage_options=storage_options)
     return handle
@@ -87,6 +89,7 @@ def publish(
     ``storage_options`` are the fsspec options of the store (credentials, endpoint), as ``filterStoreOptions``.
     """
     handle = _new_handle() if handle is None else _checked(handle)
+    deployment.warn_if_local_store(SparkSession.getActiveSession(), store or default_store())
     put(f"{handle}{_PAYLOAD}", data.to_bytes(), store, storage_options=storage_options)
     return handle
 

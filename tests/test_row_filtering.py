@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from decimal import Decimal
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import report, rowfilter
+from dynsource import figures, report, rowfilter
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 from tests.helpers import read, rows
@@ -115,6 +117,36 @@ def test_above_row_filter_max_keys_only_row_groups_are_skipped(spark, fact):
     assert (scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (8, 20, 0)
 
 
+def test_read_tasks_never_open_the_filter_store(spark, fact, tmp_path):
+    # A second action on the same DataFrame reuses the planned partitions without planning again: its read
+    # tasks filter rows although the store is gone, because the filter travels inside each InputPartition.
+    store = tmp_path / "store"
+    dim = keys_frame(spark, [2, 37])
+    handle = dynsource.collect(dim, {"k": "k"}, store=str(store))
+    fact_df = read(spark, fact, dynamicFilter=handle, filterStore=str(store))
+    assert fact_df.count() == 4
+    saved_report = (store / "reports" / f"{handle}.json").read_bytes()
+    shutil.rmtree(store)
+    assert sorted(r.k for r in fact_df.collect()) == [2, 2, 37, 37]
+    assert not store.exists()  # no task wrote figures, leases or anything else there
+    (store / "reports").mkdir(parents=True)
+    (store / "reports" / f"{handle}.json").write_bytes(saved_report)
+    scan = dynsource.scan_report(handle, str(store))
+    assert scan.tasks_reported == scan.input_partitions and scan.row_filtering_tasks == scan.input_partitions
+    assert (scan.rows_read, scan.rows_filtered) == (20, 16)  # replaced by the second action, not added
+
+
+def test_filter_over_the_task_cap_skips_row_groups_by_its_bounds(spark, fact):
+    dim = keys_frame(spark, [2, 3, 4])  # all in row group 0 of part-0 and of nothing else
+    handle = dynsource.collect(dim, {"k": "k"})
+    fact_df = read(spark, fact, dynamicFilter=handle, taskFilterMaxBytes="100")
+    assert rows(fact_df.join(dim, "k")) == rows(spark.read.parquet(str(fact)).join(dim, "k"))
+    assert fact_df.count() == 10  # the whole row group: bounds do not filter rows
+    scan = dynsource.scan_report(handle)
+    assert not scan.row_filtering and "over option 'taskFilterMaxBytes' (100)" in scan.fallback_reason
+    assert scan.filtering and (scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (9, 10, 0)
+
+
 @pytest.mark.parametrize(
     ("schema", "fields", "message"),
     [
@@ -136,11 +168,11 @@ def test_field_that_is_neither_kind_of_column_is_a_clear_error(spark, fact, sche
 # --- planning (no Spark) ----------------------------------------------------------------------------
 
 
-def plan(data, partition_columns=(), column_types=None, max_keys=2000, on_error="fallback"):
+def plan(data, partition_columns=(), column_types=None, max_keys=2000, on_error="fallback", max_bytes=1 << 18):
     column_types = column_types or {"v": "bigint", "k": "bigint", "p": "int"}
     return rowfilter.plan_row_filter(
-        data, partition_columns, column_types, handle="dynf-" + "0" * 32, filter_store=None, scan_id="s",
-        max_keys=max_keys, on_error=on_error,
+        data, partition_columns, column_types, handle="dynf-" + "0" * 32, scan_id="s",
+        max_keys=max_keys, max_bytes=max_bytes, on_error=on_error,
     )
 
 
@@ -193,7 +225,7 @@ class WithoutMayOverlap:
 
 
 def row_filter(data, columns=(("k", "bigint"),), mask_columns=("k",), filter_rows=True) -> rowfilter.RowFilter:
-    spec = rowfilter.RowFilterSpec("dynf-" + "0" * 32, None, "s", tuple(columns), tuple(mask_columns), filter_rows)
+    spec = rowfilter.RowFilterSpec("dynf-" + "0" * 32, "s", b"", tuple(columns), tuple(mask_columns), filter_rows)
     return rowfilter.RowFilter(rowfilter._ResolvedFilter(data), spec)
 
 
@@ -280,22 +312,82 @@ def test_rows_filtered_and_counted_vectorized():
     assert unfiltered.apply(batch).num_rows == 6 and unfiltered.counts.rows_filtered == 0
 
 
-def test_unresolvable_filter_filters_nothing(tmp_path):
-    spec = rowfilter.RowFilterSpec("dynf-" + "1" * 32, str(tmp_path), "s", (("k", "bigint"),), ("k",), True)
+def test_damaged_task_payload_filters_nothing():
+    payload = bytearray(DynamicFilteringData([("k", "bigint")], [(1,)]).to_bytes())
+    payload[-1] ^= 1
+    spec = rowfilter.RowFilterSpec("dynf-" + "1" * 32, "s", bytes(payload), (("k", "bigint"),), ("k",), True)
     assert rowfilter.open_row_filter(spec) is None
 
 
-def test_report_sums_the_tasks_of_the_latest_scan(tmp_path):
+def test_task_payload_is_the_planned_filter_projected_on_the_compared_columns():
+    data = DynamicFilteringData([("k", "bigint"), ("x", "int")], [(1, 10), (1, 11), (2, 12)])
+    spec, reason = plan(data, column_types={"k": "bigint", "v": "bigint"})
+    shipped = DynamicFilteringData.from_bytes(spec.payload)
+    assert reason is None and spec.mask_columns == ("k",)
+    assert shipped.fields == (("k", "bigint"),) and sorted(shipped.table.column("k").to_pylist()) == [1, 2]
+    assert rowfilter.open_row_filter(spec).data == shipped
+
+
+def test_payload_over_the_cap_travels_as_bounds_without_row_filtering():
+    data = DynamicFilteringData([("k", "bigint")], [(value,) for value in range(0, 3000, 3)])
+    spec, reason = plan(data, max_bytes=1024)
+    shipped = DynamicFilteringData.from_bytes(spec.payload)
+    assert shipped.kind == "range" and shipped.bounds == ((0,), (2997,)) and not spec.filter_rows
+    assert "over option 'taskFilterMaxBytes' (1024)" in reason and "filter no rows" in reason
+    assert len(data.to_bytes()) > 1024 >= len(spec.payload)
+
+
+def test_bloom_payload_over_the_cap_does_not_travel():
+    keys = pa.table({"k": pa.array(range(5000), pa.int64())})
+    bloom = DynamicFilteringData.from_table([("k", "bigint")], keys, kind="bloom")
+    spec, reason = plan(bloom, max_bytes=1024)
+    assert spec is None and "neither skip row groups nor filter rows" in reason
+    assert plan(bloom)[0] is not None
+
+
+def test_figures_channel_replaces_a_task_figures_and_keeps_the_newest(monkeypatch):
+    param = figures._FiguresParam()
+    total = param.zero({})
+    param.addInPlace(total, {("old", 0): (100, 100, 100, 100, 1)})
+    param.addInPlace(total, {("new", 0): (5, 4, 10, 8, 1), ("new", 1): (5, 4, 10, 8, 1)})
+    param.addInPlace(total, {("new", 1): (5, 4, 10, 8, 0)})  # a retried task replaces its figures
+    assert total[("new", 1)] == (5, 4, 10, 8, 0) and len(total) == 3
+    monkeypatch.setattr(figures, "MAX_TASKS_KEPT", 2)
+    param.addInPlace(total, {("newest", 0): (1, 1, 1, 1, 1)})
+    assert list(total) == [("new", 1), ("newest", 0)]
+
+
+def test_report_sums_the_tasks_of_the_latest_scan(spark, tmp_path):
     handle, store = "dynf-" + "2" * 32, str(tmp_path)
+    channel = figures.channel(spark)
     plan_fields = dict(path="t", payload_kind="exact", keys=2, payload_bytes=100, filtering=True,
                        partitions_total=1, partitions_kept=1,
                        files_kept=2, bytes_kept=10, listings=1, input_partitions=2, planning_ms=1.0)
-    report.save_task(handle, "old", 0, report.ReadCounts(100, 100, 100, 100), store)
-    report.save(report.ScanReport(handle=handle, scan_id="new", data_columns=("k",), **plan_fields), store)
+    channel.record("old", 0, figures.ReadCounts(100, 100, 100, 100, 1))
+    scan_id = uuid.uuid4().hex
+    report.save(report.ScanReport(handle=handle, scan_id=scan_id, data_columns=("k",), figures_owner=channel.owner,
+                                  **plan_fields), store)
     assert dynsource.scan_report(handle, store).tasks_reported == 0
-    report.save_task(handle, "new", 0, report.ReadCounts(5, 4, 10, 8), store)
-    report.save_task(handle, "new", 1, report.ReadCounts(5, 4, 10, 8), store)
-    report.save_task(handle, "new", 1, report.ReadCounts(5, 4, 10, 8), store)  # a retried task replaces its figures
+    channel.record(scan_id, 0, figures.ReadCounts(5, 4, 10, 8, 1))
+    channel.record(scan_id, 1, figures.ReadCounts(5, 4, 10, 8, 0))
+    channel.record(scan_id, 1, figures.ReadCounts(5, 4, 10, 8, 1))  # a retried task replaces its figures
     scan = dynsource.scan_report(handle, store)
-    assert scan.data_columns == ("k",) and scan.tasks_reported == 2
+    assert scan.data_columns == ("k",) and scan.tasks_reported == 2 and scan.task_figures_unavailable is None
     assert (scan.row_groups_total, scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (10, 8, 20, 16)
+    assert scan.row_filtering_tasks == 2
+
+
+@pytest.mark.parametrize("owner, unavailable, says", [
+    ("elsewhere:1:7", None, "sent them to the driver process elsewhere:1:7"),
+    (None, "Spark Connect has no channel", "Spark Connect has no channel"),
+])
+def test_report_without_task_figures_says_why(tmp_path, owner, unavailable, says):
+    handle, store = "dynf-" + "3" * 32, str(tmp_path)
+    report.save(report.ScanReport(
+        handle=handle, path="t", payload_kind="exact", keys=2, payload_bytes=100, filtering=True, partitions_total=1,
+        partitions_kept=1, files_kept=2, bytes_kept=10, listings=1, input_partitions=2, planning_ms=1.0,
+        scan_id="s", data_columns=("k",), row_filtering=True, figures_owner=owner,
+        task_figures_unavailable=unavailable), store)
+    scan = dynsource.scan_report(handle, store)
+    assert says in scan.task_figures_unavailable
+    assert (scan.tasks_reported, scan.rows_read, scan.rows_filtered, scan.row_filtering_tasks) == (None,) * 4

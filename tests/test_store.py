@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 import dynsource
-from dynsource import report, store
+from dynsource import store
 from dynsource.filtering import DynamicFilteringData
 
 DATA = DynamicFilteringData([("k", "int")], [(1,), (2,)])
@@ -143,7 +143,7 @@ def test_expire_removes_old_unused_handles_with_everything_stored_under_them(tmp
     failed_old = store.reserve(root)
     store.publish_failure(failed_old, "boom", root)
     store.resolve(leased_long_ago, root)
-    report.save_task(old, "scan1", 0, report.ReadCounts(rows_read=3), root)
+    store.put(f"reports/{old}/scan1/0.json", b"{}", root)  # task figures as dynsource 0.1 stored them
     store.put(f"reports/{old}.json", b"{}", root)
     (tmp_path / f"{old}.dynf.{uuid.uuid4().hex}.tmp").write_bytes(b"torn")  # a writer that crashed mid-put
     (tmp_path / "not-a-handle.dynf").write_bytes(b"kept")

@@ -1,0 +1,141 @@
+"""Where dynsource runs: Spark's Python workers must import it, and the planner must reach the filter store.
+
+Spark runs dynsource's code in Python workers: planning on the driver's host,
+``read()`` on the executors, each with the interpreter ``PYSPARK_PYTHON`` named
+when the session started. A worker that cannot import dynsource fails the first
+query with a ``ModuleNotFoundError`` deep in an executor log, so
+:func:`check_workers` runs a probe job first and turns that into an error that
+says how to install dynsource on the cluster.
+
+Read tasks never open the filter store (their filter travels in the plan), but
+the planner does, and it runs where the Spark driver runs. :func:`warn_if_local_store`
+says once what a store on this machine's disk implies when the driver or the
+executors are elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from importlib import metadata
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+
+from dynsource import storage
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "Install dynsource in the Python that Spark's workers run, on every node: 'pip install dynsource' with the "
+    "interpreter PYSPARK_PYTHON names (set PYSPARK_PYTHON, or spark.pyspark.python, before the session starts), or "
+    "ship a packed virtualenv with spark.archives (venv-pack -o env.tar.gz; --archives env.tar.gz#env and "
+    "PYSPARK_PYTHON=./env/bin/python). See the README's 'Running on a cluster'."
+)
+_checked: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+_warned: set[tuple[str, str]] = set()
+
+
+class WorkerSetupError(RuntimeError):
+    """Spark's Python workers cannot run dynsource; the message says what they lack and how to install it."""
+
+
+def check_workers(spark: SparkSession) -> None:
+    """Run a small probe job on the executors (once per session) and raise if dynsource cannot run there.
+
+    The probe is a plain Python UDF over as many tasks as the session's default
+    parallelism: it needs only the Python Spark starts, and it reports that
+    Python's path, its version and dynsource's version, or why the import failed.
+
+    Raises
+    ------
+    WorkerSetupError
+        A worker cannot import dynsource, runs another version of it, or cannot start at all.
+    """
+    if spark in _checked:
+        return
+    try:
+        reports = {json.dumps(found, sort_keys=True) for found in _probe(spark)}
+    except Exception as error:  # the worker did not start: a missing interpreter, a Python without pyspark
+        raise WorkerSetupError(
+            f"Spark's Python workers could not run a dynsource probe task: {_failure(error)}. {INSTALL_HINT}"
+        ) from error
+    expected = metadata.version("dynsource")
+    for found in map(json.loads, sorted(reports)):
+        if found["error"]:
+            raise WorkerSetupError(
+                f"Spark's Python workers (interpreter '{found['python']}', Python {found['version']}) cannot import "
+                f"dynsource: {found['error']}. {INSTALL_HINT}"
+            )
+        if found["dynsource"] != expected:
+            raise WorkerSetupError(
+                f"Spark's Python workers (interpreter '{found['python']}') run dynsource {found['dynsource']}, this "
+                f"driver runs {expected}; plans are not compatible across versions. {INSTALL_HINT}"
+            )
+    _checked.add(spark)
+
+
+def _probe(spark: SparkSession) -> list[dict[str, Any]]:
+    def probe(_: int) -> str:
+        # Runs in an executor: imports only the standard library until it tries dynsource.
+        import importlib
+        import importlib.metadata
+        import json
+        import platform
+        import sys
+
+        found = {"python": sys.executable, "version": platform.python_version(), "dynsource": None, "error": None}
+        try:
+            importlib.import_module("dynsource.source")
+            found["dynsource"] = importlib.metadata.version("dynsource")
+        except Exception as error:  # whatever stops the import is what the driver must report
+            found["error"] = f"{type(error).__name__}: {error}"
+        return json.dumps(found)
+
+    tasks = _parallelism(spark)
+    # useArrow=False: the probe must run where pyarrow is missing too.
+    rows = spark.range(0, tasks, 1, tasks).select(udf(probe, "string", useArrow=False)("id").alias("found"))
+    return [json.loads(row.found) for row in rows.distinct().collect()]
+
+
+def _parallelism(spark: SparkSession) -> int:
+    if is_connect(spark):
+        return max(2, int(spark.conf.get("spark.default.parallelism", "2")))
+    return max(2, spark.sparkContext.defaultParallelism)
+
+
+def warn_if_local_store(spark: SparkSession | None, store_url: str) -> None:
+    """Log once per (store, master) what a filter store on this machine's disk means off ``local[*]``."""
+    if spark is None or not storage.is_local(store_url):
+        return
+    master = spark.conf.get("spark.master", "")
+    remote = is_connect(spark)
+    if master.startswith("local") and not remote:
+        return
+    if (store_url, master) in _warned:
+        return
+    _warned.add((store_url, master))
+    where = "the Spark Connect server's" if remote else "the driver's"
+    log.warning(
+        "dynsource: filter store '%s' is on this machine's disk and the master is '%s'. Read tasks do not need it "
+        "(the filter travels in the plan), but the query planner, which runs on %s host, reads it: this works "
+        "while that host is this machine. When it is not (Spark Connect to another host, --deploy-mode cluster), "
+        "publish to a store both reach, e.g. filterStore / store= / $DYNSOURCE_FILTER_STORE = 's3://bucket/dynsource'.",
+        store_url, master, where,
+    )
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no SparkContext, no accumulators in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _failure(error: BaseException) -> str:
+    """The task failure Spark reports (a Py4J error's first line only names the call), else the first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    failure = next((line for line in lines if "most recent failure:" in line), None)
+    if failure is not None:
+        return failure.split("most recent failure:", 1)[1].strip()
+    return lines[0] if lines else type(error).__name__

@@ -1,0 +1,62 @@
+"""Cluster set-up is detected, not guessed: workers without dynsource, and a driver-local filter store."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from dynsource import deployment
+
+
+@contextlib.contextmanager
+def workers_running(spark, python: str) -> Iterator[None]:
+    """Python workers started meanwhile run ``python``: what PYSPARK_PYTHON names when a session starts."""
+    context = spark.sparkContext
+    saved, context.pythonExec = context.pythonExec, python
+    try:
+        yield
+    finally:
+        context.pythonExec = saved
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """A real interpreter in a virtualenv with nothing installed: dynsource's dependencies are missing."""
+    directory = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True)
+    return str(directory / "bin" / "python")
+
+
+def test_workers_without_dynsource_fail_with_how_to_install(spark, bare_python):
+    session = spark.newSession()  # the check runs once per session
+    with workers_running(spark, bare_python), pytest.raises(deployment.WorkerSetupError) as raised:
+        deployment.check_workers(session)
+    message = str(raised.value)
+    assert f"interpreter '{bare_python}'" in message and "cannot import dynsource: ModuleNotFoundError" in message
+    assert "pip install dynsource" in message and "spark.archives" in message and "PYSPARK_PYTHON" in message
+
+
+def test_workers_that_cannot_start_fail_with_the_cause(spark, tmp_path):
+    missing = str(tmp_path / "no-such-python")
+    with workers_running(spark, missing), pytest.raises(deployment.WorkerSetupError) as raised:
+        deployment.check_workers(spark.newSession())
+    assert f'Cannot run program "{missing}"' in str(raised.value) and "pip install dynsource" in str(raised.value)
+
+
+def test_working_workers_pass_once_per_session(spark):
+    session = spark.newSession()
+    deployment.check_workers(session)
+    with workers_running(spark, "/no/such/python"):
+        deployment.check_workers(session)  # already checked: no second probe job
+
+
+def test_local_store_says_nothing_on_local_master(spark, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="dynsource"):
+        deployment.warn_if_local_store(spark, str(tmp_path))
+        deployment.warn_if_local_store(None, str(tmp_path))
+    assert caplog.text == ""
