@@ -35,8 +35,8 @@ NOT_REGISTERED = (
     "send their figures through"
 )
 CONNECT = (
-    "Spark Connect has no channel from read tasks back to the client (no accumulators); the planning figures "
-    "above are complete, row groups and rows are not counted"
+    "Spark Connect has no channel from read tasks back to the client (no accumulators): the partition, file and "
+    "planning figures are complete, the read tasks' row groups and rows are not counted"
 )
 
 _Key = tuple[str, int]  # (scan id, task index)

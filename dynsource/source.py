@@ -343,8 +343,9 @@ def _report(
         scan_id=scan_id,
         data_columns=tuple(column for column, _ in row_filter.data_columns) if row_filter else (),
         row_filtering=row_filter is not None and row_filter.filter_rows,
-        figures_owner=task_figures.owner if isinstance(task_figures, figures.Channel) else None,
-        task_figures_unavailable=task_figures.reason if isinstance(task_figures, figures.Unavailable) else None,
+        figures_owner=task_figures.owner if row_filter and isinstance(task_figures, figures.Channel) else None,
+        task_figures_unavailable=(
+            task_figures.reason if row_filter and isinstance(task_figures, figures.Unavailable) else None),
     )
     scan.log()
     try:

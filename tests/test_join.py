@@ -44,6 +44,16 @@ def test_pruning_joins_equal_the_plain_join_and_prune(spark, fact, how):
     assert report.partitions_kept == 3
 
 
+def test_dynamic_join_names_the_store_it_published_to(spark, fact, tmp_path, monkeypatch):
+    # Spark's Python workers keep the environment the session started with: the planner must be told the store.
+    monkeypatch.setenv("DYNSOURCE_FILTER_STORE", str(tmp_path / "set-after-the-session-started"))
+    dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 6)")
+    joined = dynsource.dynamic_join(fact, dim, {"k": "dk"})
+    assert same_rows(joined, plain(spark, fact, dim, "inner"))
+    report = dynsource.scan_report(joined)
+    assert report.filtering and report.fallback_reason is None and report.partitions_kept == 3
+
+
 @pytest.mark.parametrize("how", ["full", "left", "left_anti"])
 def test_joins_that_keep_unmatched_fact_rows_do_not_prune(spark, fact, how):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 6)")

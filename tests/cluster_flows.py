@@ -1,0 +1,209 @@
+"""The user flows run against a real cluster, as a driver program: ``python -m tests.cluster_flows``.
+
+One process holds one classic SparkContext, so the test suite (whose own session
+is ``local[2]``) runs these flows in a process of their own: with ``--master``
+as a classic driver of the standalone cluster, with ``--remote`` as a Spark
+Connect client. Each flow returns the facts the tests assert on (rows compared
+with ``spark.read.parquet`` inside the flow, figures of the scan report), and
+all of them are written as JSON to ``--out``; a flow that raises records its
+error instead, so one failure does not hide the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FIRST_DAY, DAYS, DAYS_PER_MONTH = 2451545, 60, 20
+CUSTOMERS, ROWS_PER_DAY = 500, 200
+MONTH = 2  # 20 of the 60 day partitions
+STATE = "TN"  # 50 of the 500 customers
+
+Flow = Callable[..., dict]
+
+
+def write_tables(root: Path) -> dict[str, str]:
+    """store_sales partitioned by ss_sold_date_sk (one file of 200 rows per day), date_dim, customer."""
+    days = range(FIRST_DAY, FIRST_DAY + DAYS)
+    sales = pa.table({
+        "ss_customer_sk": pa.array([(i * 7919) % CUSTOMERS + 1 for i in range(DAYS * ROWS_PER_DAY)], pa.int32()),
+        "ss_sales_price": pa.array([f"{i % 997}.{i % 100:02d}" for i in range(DAYS * ROWS_PER_DAY)]).cast(
+            pa.decimal128(7, 2)),
+        "ss_sold_date_sk": pa.array([day for day in days for _ in range(ROWS_PER_DAY)], pa.int32()),
+    })
+    pq.write_to_dataset(sales, root / "store_sales", partition_cols=["ss_sold_date_sk"])
+    (root / "date_dim").mkdir()
+    pq.write_table(pa.table({
+        "d_date_sk": pa.array(days, pa.int32()),
+        "d_moy": pa.array([(day - FIRST_DAY) // DAYS_PER_MONTH + 1 for day in days], pa.int32()),
+    }), root / "date_dim" / "part-0.parquet")
+    (root / "customer").mkdir()
+    pq.write_table(pa.table({
+        "c_customer_sk": pa.array(range(1, CUSTOMERS + 1), pa.int32()),
+        "c_state": pa.array([STATE if sk % 10 == 0 else "CA" for sk in range(1, CUSTOMERS + 1)]),
+    }), root / "customer" / "part-0.parquet")
+    return {name: str(root / name) for name in ("store_sales", "date_dim", "customer")}
+
+
+def rows(df) -> list:
+    return sorted((tuple(row) for row in df.collect()), key=repr)
+
+
+def report_facts(report) -> dict:
+    return {key: value for key, value in dataclasses.asdict(report).items() if not key.endswith("_ms")}
+
+
+def month_join(spark, fact_df, paths: dict[str, str]):
+    dim = spark.read.parquet(paths["date_dim"]).where(f"d_moy = {MONTH}")
+    return fact_df.join(dim, fact_df.ss_sold_date_sk == dim.d_date_sk).groupBy("d_moy").agg(
+        {"ss_sales_price": "sum", "*": "count"})
+
+
+def demo_join(spark, dynsource, paths):
+    dim = spark.read.parquet(paths["date_dim"]).where(f"d_moy = {MONTH}")
+    handle = dynsource.collect(dim, {"ss_sold_date_sk": "d_date_sk"})
+    fact_df = spark.read.format("dynsource").option("path", paths["store_sales"]).option("dynamicFilter", handle).load()
+    native = month_join(spark, spark.read.parquet(paths["store_sales"]), paths)
+    return {"equal": rows(month_join(spark, fact_df, paths)) == rows(native),
+            "report": report_facts(dynsource.scan_report(handle))}
+
+
+def row_filter(spark, dynsource, paths):
+    customers = spark.read.parquet(paths["customer"]).where(f"c_state = '{STATE}'")
+    handle = dynsource.collect(customers, {"ss_customer_sk": "c_customer_sk"})
+    fact_df = spark.read.format("dynsource").option("path", paths["store_sales"]).option("dynamicFilter", handle).load()
+    native = spark.read.parquet(paths["store_sales"])
+    matching = native.join(customers, native.ss_customer_sk == customers.c_customer_sk, "left_semi")
+    joined = fact_df.join(customers, fact_df.ss_customer_sk == customers.c_customer_sk)
+    native_joined = native.join(customers, native.ss_customer_sk == customers.c_customer_sk)
+    return {"equal": rows(joined) == rows(native_joined), "scan_rows": fact_df.count(),
+            "matching_rows": matching.count(), "table_rows": native.count(),
+            "report": report_facts(dynsource.scan_report(handle))}
+
+
+def dynamic_join(spark, dynsource, paths):
+    dim = spark.read.parquet(paths["date_dim"]).where(f"d_moy = {MONTH}")
+    joined = dynsource.dynamic_join(paths["store_sales"], dim, {"ss_sold_date_sk": "d_date_sk"})
+    native = spark.read.parquet(paths["store_sales"])
+    equal = rows(joined) == rows(native.join(dim, native.ss_sold_date_sk == dim.d_date_sk))
+    return {"equal": equal, "report": report_facts(dynsource.scan_report(joined))}
+
+
+def catalog_sql(spark, dynsource, paths):
+    dynsource.register_table(spark, "cluster_sales", path=paths["store_sales"], replace=True)
+    spark.read.parquet(paths["date_dim"]).createOrReplaceTempView("cluster_dates")
+    spark.read.parquet(paths["store_sales"]).createOrReplaceTempView("cluster_sales_native")
+    handle = dynsource.collect(spark.sql(f"SELECT d_date_sk FROM cluster_dates WHERE d_moy = {MONTH}"),
+                               {"ss_sold_date_sk": "d_date_sk"})
+    query = """SELECT d_moy, count(*), sum(ss_sales_price) FROM {fact} s
+               JOIN cluster_dates d ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {month} GROUP BY d_moy"""
+    pruned = dynsource.sql(spark, query.format(fact=f"cluster_sales WITH ('dynamicFilter' = '{handle}')",
+                                               month=MONTH))
+    native = spark.sql(query.format(fact="cluster_sales_native", month=MONTH))
+    return {"equal": rows(pruned) == rows(native), "report": report_facts(dynsource.scan_report(handle))}
+
+
+def late_filter(spark, dynsource, paths):
+    dim = spark.read.parquet(paths["date_dim"]).where(f"d_moy = {MONTH}")
+    handle = dynsource.collect(dim, {"ss_sold_date_sk": "d_date_sk"}, wait=False)
+    fact_df = (spark.read.format("dynsource").option("path", paths["store_sales"])
+               .option("dynamicFilter", handle).option("dynamicFilterWaitMs", "60000").load())
+    native = month_join(spark, spark.read.parquet(paths["store_sales"]), paths)
+    return {"equal": rows(month_join(spark, fact_df, paths)) == rows(native),
+            "report": report_facts(dynsource.scan_report(handle))}
+
+
+def s3_store(spark, dynsource, paths):
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        credentials = {"key": "testing", "secret": "testing"}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                     aws_secret_access_key="testing").create_bucket(Bucket="filters")
+        options = {**credentials, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+        store = "s3://filters/dynsource"
+        customers = spark.read.parquet(paths["customer"]).where(f"c_state = '{STATE}'")
+        handle = dynsource.collect(customers, {"ss_customer_sk": "c_customer_sk"}, store=store,
+                                   storage_options=options)
+        fact_df = (spark.read.format("dynsource").option("path", paths["store_sales"])
+                   .option("dynamicFilter", handle).option("filterStore", store)
+                   .option("filterStoreOptions", json.dumps(options)).load())
+        native = spark.read.parquet(paths["store_sales"])
+        equal = rows(fact_df.join(customers, fact_df.ss_customer_sk == customers.c_customer_sk)) == rows(
+            native.join(customers, native.ss_customer_sk == customers.c_customer_sk))
+        report = dynsource.scan_report(handle, store, storage_options=options)
+        return {"equal": equal, "scan_rows": fact_df.count(), "report": report_facts(report)}
+    finally:
+        server.stop()
+
+
+FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in
+                          (demo_join, row_filter, dynamic_join, catalog_sql, late_filter, s3_store)}
+
+
+class _Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def session(args: argparse.Namespace):
+    from pyspark.sql import SparkSession
+
+    if args.remote:
+        return SparkSession.builder.remote(args.remote).getOrCreate()
+    return (SparkSession.builder.master(args.master).appName("dynsource-cluster-flows")
+            .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--master")
+    target.add_argument("--remote")
+    parser.add_argument("--data", required=True, help="directory of the tables (written if missing)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    import dynsource
+
+    warnings = _Warnings()
+    logging.getLogger("dynsource").addHandler(warnings)
+    data = Path(args.data)
+    paths = write_tables(data) if not data.exists() else {n: str(data / n) for n in ("store_sales", "date_dim",
+                                                                                      "customer")}
+    spark = session(args)
+    dynsource.register(spark)
+    results = {}
+    for name, flow in FLOWS.items():
+        try:
+            results[name] = flow(spark, dynsource, paths)
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+    results["warnings"] = warnings.messages
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""dynsource on a real Spark standalone cluster and through Spark Connect (loopback, real processes).
+
+A master and a worker are started from the installed pyspark; the worker has its
+own HOME, so its executors share nothing with the driver but the table files.
+The flows of ``tests/cluster_flows.py`` run once as a classic driver of the
+cluster and once as a Spark Connect client of a server that runs on the cluster.
+Skip them for a quick local run with ``./test -m "not cluster"``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import Cluster, spark_environment, start_cluster, start_connect_server
+
+pytestmark = pytest.mark.cluster
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+KEPT, TOTAL = 20, 60  # day partitions of the filtered month, of the table
+MODES = ("classic", "connect")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Cluster:
+    started = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tables") / "star"
+
+
+def run_flows(root: Path, target: list[str], data: Path, environment: dict[str, str]) -> dict:
+    out = root / "results.json"
+    command = [sys.executable, "-m", "tests.cluster_flows", *target, "--data", str(data), "--out", str(out)]
+    completed = subprocess.run(command, env=environment, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200)
+    if completed.returncode != 0 or not out.exists():
+        pytest.fail(f"the flows' driver exited with {completed.returncode}:\n{completed.stderr[-6000:]}")
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def classic(cluster, data, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("classic-driver")
+    environment = spark_environment(root / "home", DYNSOURCE_FILTER_STORE=str(root / "store"))
+    return run_flows(root, ["--master", cluster.master_url], data, environment)
+
+
+@pytest.fixture(scope="module")
+def connect(cluster, data, tmp_path_factory, classic) -> dict:
+    # After the classic driver: one application at a time holds the worker's cores.
+    root = tmp_path_factory.mktemp("connect")
+    store = root / "store"  # the client's and the server's default store: one machine here
+    server, url = start_connect_server(cluster, root, filter_store=store)
+    try:
+        return run_flows(root, ["--remote", url], data, spark_environment(root / "home",
+                                                                          DYNSOURCE_FILTER_STORE=str(store)))
+    finally:
+        server.stop()
+
+
+def flow(request, mode: str, name: str) -> dict:
+    result = request.getfixturevalue(mode)[name]
+    assert "error" not in result, result["error"]
+    return result
+
+
+def assert_pruned(report: dict) -> None:
+    assert report["filtering"] and report["fallback_reason"] is None
+    assert (report["partitions_kept"], report["partitions_total"]) == (KEPT, TOTAL)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["demo_join", "dynamic_join", "catalog_sql", "late_filter"])
+def test_partition_pruning_flows_equal_spark(request, mode, name):
+    result = flow(request, mode, name)
+    assert result["equal"]
+    assert_pruned(result["report"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_data_column_filter_reads_only_matching_rows(request, mode):
+    result = flow(request, mode, "row_filter")
+    report = result["report"]
+    assert result["equal"] and report["row_filtering"] and report["data_columns"] == ["ss_customer_sk"]
+    assert result["scan_rows"] == result["matching_rows"] < result["table_rows"]  # the tasks really filtered
+    if mode == "classic":
+        assert report["task_figures_unavailable"] is None
+        assert report["tasks_reported"] == report["row_filtering_tasks"] == report["input_partitions"]
+        assert report["rows_read"] - report["rows_filtered"] == result["matching_rows"]
+        assert report["rows_read"] <= result["table_rows"]
+    else:
+        assert "Spark Connect" in report["task_figures_unavailable"]
+        assert report["tasks_reported"] is None and report["rows_read"] is None and report["rows_filtered"] is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_filter_store_on_an_s3_server(request, mode):
+    result = flow(request, mode, "s3_store")
+    assert result["equal"] and result["report"]["filtering"] and result["report"]["row_filtering"]
+    assert result["scan_rows"] == flow(request, mode, "row_filter")["matching_rows"]
+
+
+def test_executors_never_open_a_filter_store(cluster, classic, connect):
+    assert cluster.worker_home.is_dir()
+    assert not (cluster.worker_home / ".cache" / "dynsource").exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_local_store_off_local_master_is_reported_once(request, mode):
+    said = [message for message in request.getfixturevalue(mode)["warnings"] if "is on this machine's disk" in message]
+    assert len(said) == 1 and "spark://127.0.0.1:" in said[0]
