@@ -29,10 +29,9 @@ from dynsource import storage
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
-    "Install dynsource in the Python that Spark's workers run, on every node: 'pip install dynsource' with the "
-    "interpreter PYSPARK_PYTHON names (set PYSPARK_PYTHON, or spark.pyspark.python, before the session starts), or "
-    "ship a packed virtualenv with spark.archives (venv-pack -o env.tar.gz; --archives env.tar.gz#env and "
-    "PYSPARK_PYTHON=./env/bin/python). See the README's 'Running on a cluster'."
+    "Install dynsource in the Python that Spark's workers run, on every node ('pip install dynsource' with that "
+    "interpreter), and name it with PYSPARK_PYTHON (or spark.pyspark.python) before the session starts. See the "
+    "README's 'Running on a cluster'."
 )
 _checked: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 _warned: set[tuple[str, str]] = set()

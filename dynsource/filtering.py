@@ -291,7 +291,6 @@ class DynamicFilteringData:
         self._key_count = 0
         self._row_set: frozenset[tuple[Any, ...]] | None = None
         self._matchable: pa.Table | None = None
-        self._digest: str | None = None
 
     def _set_rows(self, table: pa.Table) -> None:
         self._table = _distinct(_normalize_floats(table))
@@ -336,13 +335,6 @@ class DynamicFilteringData:
         if self._bloom is not None:
             return _bits_bytes(self._bloom.num_bits)
         return (self._table if self._bounds is None else self._bounds).nbytes
-
-    @property
-    def digest(self) -> str:
-        """The SHA-256 (hex) that ends the payload's wire format: it tells one published payload from another."""
-        if self._digest is None:
-            self._digest = self.to_bytes()[-_DIGEST_BYTES:].hex()
-        return self._digest
 
     @property
     def exceed_threshold(self) -> bool:
@@ -551,9 +543,7 @@ class DynamicFilteringData:
         _check_length(blob, body_start, header["body_length"])
         _check_digest(blob)
         body = blob[body_start : body_start + header["body_length"]]
-        data = cls._from_body(header, body)
-        data._digest = blob[-_DIGEST_BYTES:].hex()
-        return data
+        return cls._from_body(header, body)
 
     @classmethod
     def _from_body(cls, header: dict[str, Any], body: bytes) -> DynamicFilteringData:

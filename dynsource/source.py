@@ -64,6 +64,8 @@ class DynsourceDataSource(DataSource):
         and the reason; ``fail`` raises.
     filterStore : str, default ``$DYNSOURCE_FILTER_STORE`` or ``~/.cache/dynsource/filters``
         fsspec directory the handle was published in (the ``store=`` of ``collect``/``publish``).
+        Only planning reads it, on the driver's host; the default comes from the environment
+        the Spark driver started with, so name the store when that differs from yours.
     storageOptions : str, default none
         JSON object of fsspec storage options for ``path``: credentials, endpoint,
         region... (the filesystem's keyword arguments, like ``storage_options`` in
