@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from dynsource import storage, store
+from dynsource.ddl import parse_ddl
 from dynsource.partitionfilter import PartitionFilter
-from dynsource.partitions import parse_ddl
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
 from dynsource.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
 from dynsource.storage import StorageOptions

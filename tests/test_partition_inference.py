@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynsource import partitions
+from dynsource import partitions, sparkcast
+from dynsource.ddl import parse_ddl
 from dynsource.partitions import (
     DEFAULT_PARTITION_NAME,
     escape_path_name,
     infer_type,
     is_hidden,
-    parse_ddl,
     parse_directory_name,
     to_arrow,
     unescape_path_name,
@@ -218,11 +218,11 @@ def test_to_arrow_resolves_dst_like_java():
 
 def test_to_arrow_without_zone_uses_the_process_zone(monkeypatch):
     monkeypatch.setenv("TZ", "Asia/Tokyo")
-    partitions._local_zone.cache_clear()
+    sparkcast.local_zone.cache_clear()
     try:
         values = to_arrow(["2022-02-22 09%3A00%3A00"], "timestamp").to_pylist()
     finally:
-        partitions._local_zone.cache_clear()
+        sparkcast.local_zone.cache_clear()
     assert values == [dt.datetime(2022, 2, 22, 0, tzinfo=UTC)]
 
 
