@@ -100,6 +100,7 @@ class Unavailable:
         """Nothing to send the figures through (they are not written anywhere either)."""
 
 
+UNREGISTERED = Unavailable(NOT_REGISTERED)
 _channels: weakref.WeakKeyDictionary[object, Channel] = weakref.WeakKeyDictionary()
 
 

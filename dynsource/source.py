@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-import time
-import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
-from dynsource import figures, files, partitions, planner, report, rowfilter, store
-from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
-from dynsource.filtering import DynamicFilteringData
+from dynsource import figures, files, planner, rowfilter
+from dynsource.enumerator import PartitionEnumerator
 from dynsource.options import ScanOptions
-from dynsource.types import arrow_type, normalize_type, read_arrow_schema, spark_schema
-
-log = logging.getLogger(__name__)
+from dynsource.scan import plan_scan, table_schema
+from dynsource.types import read_arrow_schema
 
 
 class DynsourceDataSource(DataSource):
@@ -136,7 +131,7 @@ class DynsourceDataSource(DataSource):
     """
 
     # How read tasks send their figures to the driver; dynsource.register gives the registered class its own.
-    task_figures: ClassVar[figures.Channel | figures.Unavailable] = figures.Unavailable(figures.NOT_REGISTERED)
+    task_figures: ClassVar[figures.Channel | figures.Unavailable] = figures.UNREGISTERED
 
     @classmethod
     def name(cls) -> str:
@@ -190,167 +185,3 @@ class DynsourceReader(DataSourceReader):
             # Also when Spark stops early (a LIMIT): the figures then cover what was read.
             if row_filter is not None:
                 self.task_figures.record(row_filter.spec.scan_id, plan.index, row_filter.figures)
-
-
-def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
-    """Data columns of the first data file, then the partition columns, as ``spark.read.parquet`` gives them."""
-    first = next((f.path for p in listing.partitions for f in p.files), None)
-    if first is None:
-        raise ValueError(f"Option 'path': table '{options.path}' has no data files, so its schema cannot be inferred.")
-    data = spark_schema(files.file_schema(first, files.arrow_filesystem(fs), options.format))
-    partition_fields = {f.name: f for f in _partition_fields(listing, options)}
-    # A partition column also stored in the files keeps its place but takes the partition's type (as Spark).
-    fields = [partition_fields.pop(f.name, f) for f in data.fields] + list(partition_fields.values())
-    # Spark's file sources declare every column nullable, whatever the files say.
-    return StructType([StructField(f.name, f.dataType, nullable=True) for f in fields])
-
-
-def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:
-    declared = dict(options.partitionColumns)
-    undeclared = sorted(set(declared) - set(listing.columns))
-    if undeclared:
-        raise ValueError(
-            f"Option 'partitionColumns' names {undeclared}, which are not partition columns of '{options.path}'; "
-            f"its partition columns are {list(listing.columns)}."
-        )
-    fields = []
-    for index, column in enumerate(listing.columns):
-        type_name = declared.get(column) or partitions.infer_type(p.raw_values[index] for p in listing.partitions)
-        fields.append(spark_schema(pa.schema([(column, arrow_type(type_name))]))[0])
-    return fields
-
-
-def read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str]:
-    """Spark SQL type of each read-schema column, with ``partitionColumns`` declarations taking precedence."""
-    schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
-    return {**schema_types, **dict(options.partitionColumns)}
-
-
-def plan_scan(
-    options: ScanOptions, schema: StructType,
-    task_figures: figures.Channel | figures.Unavailable = DynsourceDataSource.task_figures,
-) -> list[InputPartition]:
-    """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files."""
-    started = time.perf_counter()
-    fs, root = files.open_table(options.path, options.storageOptions)
-    schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
-    column_types = read_column_types(options, schema)
-    partition_filter = options.partitionFilter
-    if partition_filter is not None:
-        partition_filter.check_types(column_types)
-    enumerator = DynamicPartitionEnumerator(
-        PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.timeZone,
-        on_error=options.dynamicFilterOnError,
-        static_filter=partition_filter.level_filter(column_types, options.timeZone) if partition_filter else None,
-    )
-    waited = time.perf_counter()
-    data, unusable = _filter_data(options)
-    wait_ms = round((time.perf_counter() - waited) * 1000, 1)
-    if data is not None:
-        enumerator.set_dynamic_filtering_data(data)
-    listing = enumerator.enumerate()
-    if partition_filter is not None:
-        partition_filter.check_listing(listing.columns, listed_leaves=bool(listing.partitions))
-    read_columns = [c for c in listing.columns if c in column_types]
-    _check_data_columns(schema, listing, fs, options)
-    values = _typed_values(listing, read_columns, column_types, options.timeZone)
-    scan_id = uuid.uuid4().hex
-    row_filter, rows_unusable = None, None
-    if enumerator.data is not None:  # None also when the enumerator set the filter aside
-        row_filter, rows_unusable = rowfilter.plan_row_filter(
-            data, listing.columns, schema_types, handle=options.dynamicFilter, scan_id=scan_id,
-            max_keys=options.rowFilterMaxKeys, max_bytes=options.taskFilterMaxBytes,
-            on_error=options.dynamicFilterOnError,
-        )
-    input_partitions = planner.plan(
-        listing.partitions, values, read_columns,
-        splittable=options.format == "parquet",
-        max_partition_bytes=options.maxPartitionBytes,
-        open_cost_in_bytes=options.openCostInBytes,
-        min_partition_num=options.minPartitionNum,
-        row_filter=row_filter,
-    )
-    if options.dynamicFilter and options.dynamicFilteringEnabled:
-        reason = unusable or enumerator.fallback_reason
-        if data is not None and not data.is_filtering:
-            reason = "the filter exceeded the collector's threshold"
-        _report(options, data, listing, reason=reason, rows_reason=rows_unusable, wait_ms=wait_ms,
-                input_partitions=len(input_partitions), started=started, scan_id=scan_id, row_filter=row_filter,
-                task_figures=task_figures)
-    return input_partitions
-
-
-def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str | None]:
-    """The filter to apply, or None and why it cannot be used (under ``dynamicFilterOnError=fallback``)."""
-    if not options.dynamicFilter or not options.dynamicFilteringEnabled:
-        return None, None
-    try:
-        data = store.resolve(options.dynamicFilter, options.filterStore, wait_ms=options.dynamicFilterWaitMs,
-                             storage_options=options.store_options)
-        return data, None
-    except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
-        if options.dynamicFilterOnError == "fail":
-            raise
-        log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",
-                    options.dynamicFilter, error)
-        return None, str(error)
-
-
-def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: ScanOptions) -> None:
-    """A requested column must be a partition column or stored in the files (checked on the first kept file)."""
-    first = next((f.path for p in listing.partitions for f in p.files), None)
-    wanted = [f.name for f in schema.fields if f.name not in listing.columns]
-    if first is None or not wanted:
-        return
-    stored = set(files.file_schema(first, files.arrow_filesystem(fs), options.format).names)
-    missing = [name for name in wanted if name not in stored]
-    if missing:
-        raise ValueError(
-            f"Column(s) {missing} of the read schema are neither partition columns {list(listing.columns)} "
-            f"nor stored in data file '{first}' (columns {sorted(stored)})."
-        )
-
-
-def _typed_values(listing: Listing, columns: Sequence[str], types: dict[str, str], zone: str | None) -> list[tuple]:
-    indexes = [listing.columns.index(c) for c in columns]
-    typed = [
-        partitions.to_arrow([p.raw_values[i] for p in listing.partitions], types[c], time_zone=zone).to_pylist()
-        for i, c in zip(indexes, columns, strict=True)
-    ]
-    return list(zip(*typed, strict=True)) if typed else [()] * len(listing.partitions)
-
-
-def _report(
-    options, data, listing, *, reason, rows_reason, wait_ms, input_partitions, started, scan_id, row_filter,
-    task_figures,
-) -> None:
-    # A data column the filter cannot compare leaves the partition pruning standing: filtering stays true.
-    kept_files = [f for p in listing.partitions for f in p.files]
-    scan = report.ScanReport(
-        handle=options.dynamicFilter,
-        path=options.path,
-        payload_kind=data.kind if data is not None else None,
-        keys=len(data) if data is not None else None,
-        payload_bytes=data.size_bytes if data is not None else None,
-        filtering=reason is None,
-        partitions_total=len(listing.partitions) + listing.directories_pruned,
-        partitions_kept=len(listing.partitions),
-        files_kept=len(kept_files),
-        bytes_kept=sum(f.size for f in kept_files),
-        listings=len(listing.listed_paths),
-        input_partitions=input_partitions,
-        planning_ms=round((time.perf_counter() - started) * 1000, 1),
-        wait_ms=wait_ms,
-        fallback_reason=reason or rows_reason,
-        scan_id=scan_id,
-        data_columns=tuple(column for column, _ in row_filter.data_columns) if row_filter else (),
-        row_filtering=row_filter is not None and row_filter.filter_rows,
-        figures_owner=task_figures.owner if row_filter and isinstance(task_figures, figures.Channel) else None,
-        task_figures_unavailable=(
-            task_figures.reason if row_filter and isinstance(task_figures, figures.Unavailable) else None),
-    )
-    scan.log()
-    try:
-        report.save(scan, options.filterStore, storage_options=options.store_options)
-    except (OSError, ValueError) as error:  # ValueError: a malformed handle, read unfiltered under 'fallback'
-        log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamicFilter, error)
