@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import doctest
 
+import pyarrow as pa
+
 import dynsource
 from dynsource import filtering
 
@@ -21,7 +23,7 @@ def test_data_source_docstring_example_runs(spark):
 
 def test_filtering_data_docstring_example_runs():
     run_examples(filtering.DynamicFilteringData, {"DynamicFilteringData": filtering.DynamicFilteringData,
-                                                   "pa": filtering.pa})
+                                                   "pa": pa})
 
 
 def test_sql_docstring_example_runs(spark):
