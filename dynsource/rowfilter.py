@@ -21,15 +21,12 @@ row groups but filter no rows; a Bloom payload over the cap does not travel.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import datetime as dt
 import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -165,33 +162,19 @@ def open_row_filter(spec: RowFilterSpec | None) -> RowFilter | None:
 
 
 @functools.lru_cache(maxsize=_DECODED_CACHE_SIZE)
-def _decode(payload: bytes) -> _ResolvedFilter:
+def _decode(payload: bytes) -> DynamicFilteringData:
     # Python workers are reused across tasks: verify and parse each payload once per process.
-    return _ResolvedFilter(DynamicFilteringData.from_bytes(payload))
-
-
-class _ResolvedFilter:
-    """A payload and the per-field sorted keys row-group checks bisect, built once per worker."""
-
-    def __init__(self, data: DynamicFilteringData) -> None:
-        self.data = data
-        self._sorted: dict[str, list[Any]] = {}
-
-    def sorted_keys(self, field: str) -> list[Any]:
-        if field not in self._sorted:
-            self._sorted[field] = sorted(value for value in self.data.table.column(field).to_pylist()
-                                         if value is not None)
-        return self._sorted[field]
+    return DynamicFilteringData.from_bytes(payload)
 
 
 class RowFilter:
     """Skips row groups and filters rows of one task, counting both."""
 
-    def __init__(self, resolved: _ResolvedFilter, spec: RowFilterSpec) -> None:
-        self.resolved = resolved
+    def __init__(self, data: DynamicFilteringData, spec: RowFilterSpec) -> None:
+        self.data = data
         self.spec = spec
         self.counts = ReadCounts()
-        fields = {name.lower(): name for name in resolved.data.field_names}
+        fields = {name.lower(): name for name in data.field_names}
         # (column, its Spark SQL type, the filter field) for each data column.
         self._columns = [(column, column_type, fields[column.lower()]) for column, column_type in spec.data_columns]
         self._filter_rows = spec.filter_rows
@@ -200,10 +183,6 @@ class RowFilter:
     def figures(self) -> ReadCounts:
         """What this task counted, and whether it filtered rows to the end (a comparison error stops it)."""
         return dataclasses.replace(self.counts, row_filtering_tasks=int(self._filter_rows))
-
-    @property
-    def data(self) -> DynamicFilteringData:
-        return self.resolved.data
 
     def keep_row_groups(self, metadata: pq.FileMetaData, row_groups: Sequence[int]) -> list[int]:
         """Those of ``row_groups`` whose statistics may hold a matching row."""
@@ -251,23 +230,9 @@ class RowFilter:
             # Only an all-null chunk has nulls counted and no bounds; with `=` nulls join nothing.
             return not (statistics.has_null_count and statistics.null_count == row_group.num_rows)
         try:
-            return self._range_may_match(field, column_type, leaf.type, statistics.min, statistics.max)
+            return bool(self.data.may_overlap(field, statistics.min, statistics.max, leaf.type))
         except _FILTER_ERRORS:
             return True
-
-    def _range_may_match(self, field: str, column_type: str, value_type: pa.DataType, low: Any, high: Any) -> bool:
-        may_overlap = getattr(self.data, "may_overlap", None)
-        if may_overlap is not None:
-            return bool(may_overlap(field, low, high, value_type))
-        if self.data.kind != "exact":
-            return True  # a payload kind this module cannot bound must not prune
-        field_type = dict(self.data.fields)[field]
-        family = _family(column_type)
-        if family is None or family != _family(field_type) or not (_fits(low, family) and _fits(high, family)):
-            return True  # bounds whose Python order is not Spark's comparison (floats with NaN, time zones)
-        keys = self.resolved.sorted_keys(field)
-        position = bisect.bisect_left(keys, low)
-        return position < len(keys) and keys[position] <= high
 
 
 class _Leaf(NamedTuple):
@@ -296,24 +261,3 @@ def _leaf_count(arrow: pa.DataType) -> int:
     if arrow.num_fields == 0:
         return 1
     return sum(_leaf_count(arrow.field(index).type) for index in range(arrow.num_fields))
-
-
-# Spark SQL types whose Parquet min/max, as Python values, order like Spark compares them across the
-# family (int against decimal is exact, a date is a date); floats are left out because Parquet
-# statistics leave out NaN, which joins NaN in Spark, and timestamps because of time zones.
-_FAMILY_TYPES = {"boolean": (bool,), "number": (int, Decimal), "string": (str,), "date": (dt.date,)}
-
-
-def _family(type_name: str) -> str | None:
-    if type_name in ("tinyint", "smallint", "int", "bigint") or type_name.startswith("decimal"):
-        return "number"
-    return type_name if type_name in ("boolean", "string", "date") else None
-
-
-def _fits(value: Any, family: str) -> bool:
-    # bool is an int and datetime a date in Python; neither belongs to the other's family.
-    if family == "number" and isinstance(value, bool):
-        return False
-    if family == "date" and isinstance(value, dt.datetime):
-        return False
-    return isinstance(value, _FAMILY_TYPES[family])

@@ -208,25 +208,9 @@ def test_row_filter_max_keys_option():
 # --- the row filter of one task (no Spark) ----------------------------------------------------------
 
 
-class WithoutMayOverlap:
-    """A payload as it was before ``may_overlap``, or of a kind this module does not know."""
-
-    def __init__(self, data: DynamicFilteringData, kind: str | None = None) -> None:
-        self._data, self._kind = data, kind
-
-    @property
-    def kind(self) -> str:
-        return self._kind or self._data.kind
-
-    def __getattr__(self, name: str):
-        if name == "may_overlap":
-            raise AttributeError(name)
-        return getattr(self._data, name)
-
-
 def row_filter(data, columns=(("k", "bigint"),), mask_columns=("k",), filter_rows=True) -> rowfilter.RowFilter:
     spec = rowfilter.RowFilterSpec("dynf-" + "0" * 32, "s", b"", tuple(columns), tuple(mask_columns), filter_rows)
-    return rowfilter.RowFilter(rowfilter._ResolvedFilter(data), spec)
+    return rowfilter.RowFilter(data, spec)
 
 
 def metadata(tmp_path: Path, table: pa.Table, row_group_size: int = 10) -> pq.FileMetaData:
@@ -238,25 +222,24 @@ def key_table(values, arrow: pa.DataType | None = None) -> pa.Table:
     return pa.table({"k": pa.array(values, arrow or pa.int64())})
 
 
-@pytest.mark.parametrize("wrap", [lambda data: data, WithoutMayOverlap], ids=["may_overlap", "exact-fallback"])
-def test_row_groups_skipped_by_statistics(tmp_path, wrap):
+def test_row_groups_skipped_by_statistics(tmp_path):
     meta = metadata(tmp_path, key_table(range(50)))
-    filtered = row_filter(wrap(DynamicFilteringData([("k", "bigint")], [(3,), (41,), (None,)])))
+    filtered = row_filter(DynamicFilteringData([("k", "bigint")], [(3,), (41,), (None,)]))
     assert filtered.keep_row_groups(meta, range(5)) == [0, 4]
     assert filtered.keep_row_groups(meta, [1, 2]) == []
     assert (filtered.counts.row_groups_total, filtered.counts.row_groups_skipped) == (7, 5)
 
 
-def test_int_column_against_decimal_keys_in_the_fallback(tmp_path):
+def test_int_column_against_decimal_keys(tmp_path):
     meta = metadata(tmp_path, key_table(range(30), pa.int32()))
-    data = WithoutMayOverlap(DynamicFilteringData([("k", "decimal(10,2)")], [(Decimal("12.00"),), (Decimal("25.50"),)]))
+    data = DynamicFilteringData([("k", "decimal(10,2)")], [(Decimal("12.00"),), (Decimal("25.50"),)])
     assert row_filter(data, columns=[("k", "int")]).keep_row_groups(meta, range(3)) == [1, 2]
 
 
-def test_float_column_is_not_skipped_by_the_fallback(tmp_path):
+def test_float_column_with_nan_keys_is_not_skipped(tmp_path):
     # Parquet statistics leave NaN out, and NaN joins NaN in Spark.
     meta = metadata(tmp_path, key_table([1.0, float("nan")] * 5, pa.float64()))
-    data = WithoutMayOverlap(DynamicFilteringData([("k", "double")], [(float("nan"),)]))
+    data = DynamicFilteringData([("k", "double")], [(float("nan"),)])
     assert row_filter(data, columns=[("k", "double")]).keep_row_groups(meta, [0]) == [0]
 
 
@@ -268,12 +251,6 @@ def test_range_payload_skips_and_filters(tmp_path):
     assert filtered.keep_row_groups(meta, range(5)) == [1]
     batch = pa.RecordBatch.from_pydict({"k": pa.array(range(10, 20), pa.int64())})
     assert filtered.apply(batch).column("k").to_pylist() == list(range(12, 19))
-
-
-def test_unknown_payload_kind_does_not_skip(tmp_path):
-    meta = metadata(tmp_path, key_table(range(20)))
-    data = WithoutMayOverlap(DynamicFilteringData([("k", "bigint")], [(99,)]), kind="mystery")
-    assert row_filter(data).keep_row_groups(meta, range(2)) == [0, 1]
 
 
 def test_null_row_groups(tmp_path):
