@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 
 from dynsource import catalog, collector, files, partitions, report
 from dynsource import store as filter_store
+from dynsource.enumerator import PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 
@@ -126,18 +127,22 @@ def _is_path(fact: str) -> bool:
 def _no_benefit(fact: ScanOptions, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
     """Why filtering would not pay, judged on the top-level partitions of the fact table; None when it does.
 
-    One listing of the table's root is all it costs; a filter that does not
-    constrain the first partition column is assumed to pay.
+    One listing of the table's root is all it costs (the enumerator's, with its
+    checks, told to descend nowhere); a filter that does not constrain the first
+    partition column is assumed to pay.
     """
     if not data.is_filtering:
         return None  # an exceeded filter reads everything anyway, and the scan report says so
-    fs, root = files.open_table(fact.path, fact.storageOptions)
-    names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)]
-    parsed = [p for p in map(partitions.parse_directory_name, names) if p is not None]
-    if not parsed or parsed[0][0] not in types:
+    top_level: dict[str, list[str]] = {}
+
+    def record_first_level(columns: tuple[str, ...], values: Sequence[tuple[str, ...]]) -> list[bool]:
+        top_level.setdefault(columns[0], [raw for raw, *_ in values])
+        return [False] * len(values)
+
+    PartitionEnumerator(*files.open_table(fact.path, fact.storageOptions)).enumerate(record_first_level)
+    column, raw = next(iter(top_level.items()), (None, []))
+    if column not in types:
         return None
-    column = parsed[0][0]
-    raw = [value for _, value in parsed]
     candidates = pa.table({column: partitions.to_arrow(raw, types[column])})
     kept = sum(data.matching_mask(candidates).to_pylist())
     if kept > ratio * len(raw):
