@@ -155,17 +155,16 @@ def _duration(text: str) -> float:
 
 def _expire(older_than: float, store_url: str | None, store_options: str | None) -> None:
     from dynsource import store
-    from dynsource.storage import StorageOptions
+    from dynsource.storage import FilterStore, StorageOptions
 
     try:
-        options = StorageOptions.parse("--store-options", store_options)
+        location = FilterStore.of(store_url, StorageOptions.parse("--store-options", store_options))
     except ValueError as error:
         sys.exit(f"dynsource expire: {error}")
-    removed = store.expire(older_than, store_url, storage_options=options)
+    removed = store.expire(older_than, location)
     for handle in removed:
         print(handle)
-    print(f"removed {len(removed)} handle(s) unused for {older_than:g} s from {store_url or store.default_store()}",
-          file=sys.stderr)
+    print(f"removed {len(removed)} handle(s) unused for {older_than:g} s from {location}", file=sys.stderr)
 
 
 if __name__ == "__main__":

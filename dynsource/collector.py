@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from dynsource import filtering
 from dynsource import store as filter_store
 from dynsource.filtering import DEFAULT_FPP, KINDS, DynamicFilteringData
+from dynsource.storage import FilterStore
 from dynsource.types import normalize_type
 
 log = logging.getLogger(__name__)
@@ -108,25 +109,25 @@ def collect(
             df, keys, types=types, max_rows=max_rows, max_bytes=max_bytes, null_safe=null_safe, fpp=fpp, kinds=kinds
         )
 
+    location = FilterStore.of(store, storage_options)
     if wait:
-        return filter_store.publish(compute(), store, storage_options=storage_options)
+        return filter_store.publish(compute(), location)
     _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
     _project(df, keys, types)  # bad key columns fail here, not in the background
-    handle = filter_store.reserve(store, storage_options=storage_options)
-    threading.Thread(target=_publish_later, args=(handle, compute, store, storage_options), name=f"dynsource-{handle}",
+    handle = filter_store.reserve(location)
+    threading.Thread(target=_publish_later, args=(handle, compute, location), name=f"dynsource-{handle}",
                      daemon=True).start()
     return handle
 
 
-def _publish_later(handle: str, compute, store: str | None, storage_options: Mapping[str, Any] | None) -> None:
+def _publish_later(handle: str, compute, location: FilterStore) -> None:
     try:
         data = compute()
     except Exception as error:  # whatever went wrong, readers must learn it instead of waiting in vain
         log.warning("dynsource: collecting dynamic filter %s failed: %s", handle, error)
-        filter_store.publish_failure(handle, f"{type(error).__name__}: {error}", store,
-                                     storage_options=storage_options)
+        filter_store.publish_failure(handle, f"{type(error).__name__}: {error}", location)
         return
-    filter_store.publish(data, store, handle=handle, storage_options=storage_options)
+    filter_store.publish(data, location, handle=handle)
 
 
 def collect_data(

@@ -10,7 +10,6 @@ they run as the plain join and the report says why.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from dynsource import store as filter_store
 from dynsource.enumerator import PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
+from dynsource.storage import FilterStore
 
 _JOIN_TYPES = {
     "inner": "inner",
@@ -87,7 +87,7 @@ def dynamic_join(
     stored = {"path": fact} if _is_path(fact) else catalog.load_definition(spark, fact).options
     fact_options = ScanOptions.parse(catalog.merge_options(stored, base_options))
     fact_df = _read(spark, fact, base_options)
-    handle, reason, store, store_options = None, None, None, None
+    handle, reason, store = None, None, None
     if join_type not in _PRUNING:
         reason = f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned"
     else:
@@ -95,19 +95,17 @@ def dynamic_join(
         types = {field: fact_df.schema[field].dataType.simpleString() for field, _ in pairs}
         # Named explicitly: Spark's Python workers keep the environment the session started with, so a
         # $DYNSOURCE_FILTER_STORE set since then would send the planner to another store.
-        store = collect_options.pop("store", None) or filter_store.default_store()
-        store_options = collect_options.pop("storage_options", None)
+        store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
         data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
-        handle = filter_store.publish(data, store, storage_options=store_options)
+        handle = filter_store.publish(data, store)
         reason = _no_benefit(fact_options, data, types, fallback_filter_ratio)
         if reason is None:
-            filtered = {**base_options, "dynamicFilter": handle, "filterStore": store,
-                        **({"filterStoreOptions": json.dumps(dict(store_options))} if store_options else {})}
+            filtered = {**base_options, "dynamicFilter": handle, "filterStore": store.url,
+                        **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
             fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
     condition = functools.reduce(lambda a, b: a & b, [fact_df[f] == dim[d] for f, d in pairs])
     joined = fact_df.join(dim, condition, join_type)
-    report.record_join(joined, fact=fact, handle=handle if reason is None else None, reason=reason, store=store,
-                       storage_options=store_options)
+    report.record_join(joined, fact=fact, handle=handle if reason is None else None, reason=reason, store=store)
     return joined
 
 

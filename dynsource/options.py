@@ -11,12 +11,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from dynsource import storage, store
+from dynsource import storage
 from dynsource.ddl import parse_ddl
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
 from dynsource.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
-from dynsource.storage import StorageOptions
+from dynsource.storage import FilterStore, StorageOptions
 
 FORMATS = ("parquet", "orc", "csv", "json")
 ON_ERROR = ("fallback", "fail")
@@ -69,15 +69,14 @@ class ScanOptions:
         return cls(path=path, **{name: _PARSERS[name](name, value) for name, value in given.items()})
 
     @property
-    def store_options(self) -> StorageOptions:
-        """Storage options of the filter store: ``filterStoreOptions``, else ``storageOptions`` when the store is
-        on the table's kind of filesystem (an ``s3://`` store beside an ``s3://`` table), else none."""
+    def filter_store(self) -> FilterStore:
+        """The filter store: ``filterStore`` (default: this process's) opened with ``filterStoreOptions``, else with
+        ``storageOptions`` when it is on the table's kind of filesystem (an ``s3://`` store beside an ``s3://``
+        table), else with none."""
+        url = self.filterStore or storage.default_store()
         if self.filterStoreOptions is not None:
-            return self.filterStoreOptions
-        if storage.same_protocol(self.filterStore or store.default_store(), self.path):
-            return self.storageOptions
-        return storage.NO_OPTIONS
-
+            return FilterStore(url, self.filterStoreOptions)
+        return FilterStore(url, self.storageOptions if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
 
 def _choice(allowed: tuple[str, ...]):
     def parse(name: str, value: str) -> str:

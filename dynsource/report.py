@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from dynsource import figures, store
+from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
 _TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(figures.ReadCounts)))
@@ -93,8 +94,8 @@ class ScanReport:
         return f"; {rows} filtered in the read tasks by data column(s) {list(self.data_columns)}"
 
 
-def save(report: ScanReport, filter_store: str | None, *, storage_options: Mapping[str, Any] | None = None) -> None:
-    store.put(_name(report.handle), json.dumps(asdict(report)).encode(), filter_store, storage_options=storage_options)
+def save(report: ScanReport, filter_store: str | FilterStore | None) -> None:
+    store.put(_name(report.handle), json.dumps(asdict(report)).encode(), filter_store)
 
 
 @dataclass(frozen=True)
@@ -102,19 +103,17 @@ class _Join:
     fact: str
     handle: str | None
     reason: str | None
-    store: str | None
-    storage_options: Mapping[str, Any] | None = None
+    store: FilterStore | None
 
 
 _joins: weakref.WeakKeyDictionary[DataFrame, _Join] = weakref.WeakKeyDictionary()
 
 
 def record_join(
-    df: DataFrame, *, fact: str, handle: str | None, reason: str | None, store: str | None,
-    storage_options: Mapping[str, Any] | None = None,
+    df: DataFrame, *, fact: str, handle: str | None, reason: str | None, store: FilterStore | None
 ) -> None:
-    """Remember what :func:`dynsource.dynamic_join` did for ``df``: pruned with ``handle``, or not, and why."""
-    _joins[df] = _Join(fact, handle, reason, store, storage_options)
+    """Remember what :func:`dynsource.dynamic_join` did for ``df``: pruned (a handle of ``store``) or not, and why."""
+    _joins[df] = _Join(fact, handle, reason, store)
 
 
 def scan_report(
@@ -134,14 +133,14 @@ def scan_report(
                               filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,
                               bytes_kept=None, listings=None, input_partitions=None, planning_ms=None,
                               fallback_reason=join.reason)
-        return _handle_report(join.handle, join.store, join.storage_options)
-    return _handle_report(target, store_url, storage_options)
+        return _handle_report(join.handle, join.store)
+    return _handle_report(target, FilterStore.of(store_url, storage_options))
 
 
-def _handle_report(handle: str, store_url: str | None, storage_options: Mapping[str, Any] | None) -> ScanReport:
+def _handle_report(handle: str, location: FilterStore) -> ScanReport:
     store.validate_handle(handle)
     try:
-        fields = json.loads(store.get(_name(handle), store_url, storage_options=storage_options))
+        fields = json.loads(store.get(_name(handle), location))
     except FileNotFoundError:
         raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.") from None
     report = ScanReport(**{**fields, "data_columns": tuple(fields.get("data_columns", ()))})

@@ -119,8 +119,7 @@ def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str
     if not options.dynamicFilter or not options.dynamicFilteringEnabled:
         return None, None
     try:
-        data = store.resolve(options.dynamicFilter, options.filterStore, wait_ms=options.dynamicFilterWaitMs,
-                             storage_options=options.store_options)
+        data = store.resolve(options.dynamicFilter, options.filter_store, wait_ms=options.dynamicFilterWaitMs)
         return data, None
     except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
         if options.dynamicFilterOnError == "fail":
@@ -185,6 +184,6 @@ def _report(
     )
     scan.log()
     try:
-        report.save(scan, options.filterStore, storage_options=options.store_options)
+        report.save(scan, options.filter_store)
     except (OSError, ValueError) as error:  # ValueError: a malformed handle, read unfiltered under 'fallback'
         log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamicFilter, error)

@@ -10,11 +10,15 @@ in its ``repr``, and nothing here puts an option's text in an error message.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import fsspec
 
+STORE_ENV = "DYNSOURCE_FILTER_STORE"
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 _MASK = "***"
 
@@ -75,6 +79,45 @@ class StorageOptions(Mapping[str, Any]):
 
 
 NO_OPTIONS = StorageOptions()
+
+
+def default_store() -> str:
+    """The filter store used when none is given: ``$DYNSOURCE_FILTER_STORE``, else a per-user cache directory.
+
+    Read in the process that asks: Spark's Python workers see the environment the driver started with.
+    """
+    configured = os.environ.get(STORE_ENV)
+    if configured:
+        return configured
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(cache) / "dynsource" / "filters")
+
+
+@dataclass(frozen=True)
+class FilterStore:
+    """Where filter handles live: an fsspec directory URL and the storage options that open it.
+
+    One value instead of a (URL, options) pair; :meth:`of` resolves the default store once.
+    """
+
+    url: str
+    options: StorageOptions = NO_OPTIONS
+
+    @classmethod
+    def of(cls, store: str | FilterStore | None = None, options: Mapping[str, Any] | None = None) -> FilterStore:
+        """``store`` itself, or the store at URL ``store`` (default: :func:`default_store`) opened with ``options``."""
+        if isinstance(store, FilterStore):
+            return store
+        parsed = options if isinstance(options, StorageOptions) else StorageOptions(options)
+        return cls(store or default_store(), parsed)
+
+    def open(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The store's filesystem and its root directory inside it (no trailing slash)."""
+        fs, root = filesystem(self.url, self.options)
+        return fs, root.rstrip("/")
+
+    def __str__(self) -> str:
+        return self.url
 
 
 def masked(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,21 +24,19 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import os
 import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import fsspec
 from pyspark.sql import SparkSession
 
-from dynsource import deployment, storage
+from dynsource import deployment
 from dynsource.filtering import DynamicFilteringData
+from dynsource.storage import STORE_ENV, FilterStore
 
-STORE_ENV = "DYNSOURCE_FILTER_STORE"
 _HANDLE = re.compile(r"dynf-[0-9a-f]{32}")  # fullmatch: "$" would also allow a final newline
 _PAYLOAD, _PENDING, _FAILED, _LEASE = ".dynf", ".pending", ".failed", ".lease"
 # dynsource.report saves a handle's scan report as reports/<handle>.json.
@@ -48,6 +46,7 @@ LEASE_SECONDS = 3600.0
 _STORED = re.compile(r"^(dynf-[0-9a-f]{32})(\.|$)")  # an entry of a handle: '<handle>.<suffix>', or its report dir
 _POLL_SECONDS = (0.02, 0.5)  # first and longest pause between looks at a pending handle
 Options = Mapping[str, Any] | None  # fsspec storage options of the store
+Store = str | FilterStore | None  # a FilterStore, or its URL (None: the default store) opened with `Options`
 
 log = logging.getLogger(__name__)
 
@@ -64,43 +63,36 @@ class FilterStoreError(OSError):
     """The filter store cannot be reached: an unknown protocol, a file where its directory should be, no access."""
 
 
-def default_store() -> str:
-    """The store used when none is given: ``$DYNSOURCE_FILTER_STORE``, else a per-user cache directory."""
-    configured = os.environ.get(STORE_ENV)
-    if configured:
-        return configured
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(cache) / "dynsource" / "filters")
-
-
-def reserve(store: str | None = None, *, storage_options: Options = None) -> str:
+def reserve(store: Store = None, *, storage_options: Options = None) -> str:
     """A new handle whose filter will be published later; readers wait for it."""
-    deployment.warn_if_local_store(SparkSession.getActiveSession(), store or default_store())
+    location = FilterStore.of(store, storage_options)
+    deployment.warn_if_local_store(SparkSession.getActiveSession(), location.url)
     handle = _new_handle()
-    put(f"{handle}{_PENDING}", b"", store, storage_options=storage_options)
+    put(f"{handle}{_PENDING}", b"", location)
     return handle
 
 
 def publish(
-    data: DynamicFilteringData, store: str | None = None, *, handle: str | None = None, storage_options: Options = None
+    data: DynamicFilteringData, store: Store = None, *, handle: str | None = None, storage_options: Options = None
 ) -> str:
     """Write ``data`` to the store atomically and return its handle (new, or the reserved ``handle``).
 
     ``storage_options`` are the fsspec options of the store (credentials, endpoint), as ``filterStoreOptions``.
     """
     handle = _new_handle() if handle is None else _checked(handle)
-    deployment.warn_if_local_store(SparkSession.getActiveSession(), store or default_store())
-    put(f"{handle}{_PAYLOAD}", data.to_bytes(), store, storage_options=storage_options)
+    location = FilterStore.of(store, storage_options)
+    deployment.warn_if_local_store(SparkSession.getActiveSession(), location.url)
+    put(f"{handle}{_PAYLOAD}", data.to_bytes(), location)
     return handle
 
 
-def publish_failure(handle: str, reason: str, store: str | None = None, *, storage_options: Options = None) -> None:
+def publish_failure(handle: str, reason: str, store: Store = None, *, storage_options: Options = None) -> None:
     """Record that the filter of reserved ``handle`` will never come, and why."""
-    put(f"{_checked(handle)}{_FAILED}", json.dumps({"reason": reason}).encode(), store, storage_options=storage_options)
+    put(f"{_checked(handle)}{_FAILED}", json.dumps({"reason": reason}).encode(), FilterStore.of(store, storage_options))
 
 
 def resolve(
-    handle: str, store: str | None = None, *, wait_ms: int = 0, storage_options: Options = None
+    handle: str, store: Store = None, *, wait_ms: int = 0, storage_options: Options = None
 ) -> DynamicFilteringData:
     """Load the payload published under ``handle``, waiting up to ``wait_ms`` for a reserved one.
 
@@ -116,20 +108,21 @@ def resolve(
         The handle or the payload is malformed.
     """
     _checked(handle)
+    location = FilterStore.of(store, storage_options)
     deadline = time.monotonic() + wait_ms / 1000
     pause = _POLL_SECONDS[0]
     while True:
         try:
-            data = DynamicFilteringData.from_bytes(get(f"{handle}{_PAYLOAD}", store, storage_options=storage_options))
+            data = DynamicFilteringData.from_bytes(get(f"{handle}{_PAYLOAD}", location))
         except FileNotFoundError:
             pass
         else:
-            _renew_lease(handle, store, storage_options)
+            _renew_lease(handle, location)
             return data
-        _raise_if_failed(handle, store, storage_options)
-        if not exists(f"{handle}{_PENDING}", store, storage_options=storage_options):
+        _raise_if_failed(handle, location)
+        if not exists(f"{handle}{_PENDING}", location):
             raise LookupError(
-                f"Dynamic filter handle '{handle}' was never published in filter store '{store or default_store()}'."
+                f"Dynamic filter handle '{handle}' was never published in filter store '{location}'."
             )
         if time.monotonic() >= deadline:
             raise FilterNotReadyError(
@@ -145,7 +138,7 @@ def validate_handle(handle: str) -> None:
     _checked(handle)
 
 
-def expire(older_than: dt.timedelta | float, store: str | None = None, *, storage_options: Options = None) -> list[str]:
+def expire(older_than: dt.timedelta | float, store: Store = None, *, storage_options: Options = None) -> list[str]:
     """Remove the handles unused for ``older_than`` (a timedelta or seconds); return the removed handles.
 
     A handle goes with everything stored under it: payload, pending and failed
@@ -161,7 +154,7 @@ def expire(older_than: dt.timedelta | float, store: str | None = None, *, storag
     """
     now = time.time()
     cutoff, lease_cutoff = now - _seconds(older_than), now - LEASE_SECONDS
-    fs, root = _open(store, storage_options)
+    fs, root = FilterStore.of(store, storage_options).open()
     fs.invalidate_cache()  # a listing cached by this process (s3fs) would hide new handles and leases
     removed = []
     for handle, paths in sorted(_stored_handles(fs, root).items()):
@@ -177,11 +170,12 @@ def expire(older_than: dt.timedelta | float, store: str | None = None, *, storag
     return removed
 
 
-def put(name: str, blob: bytes, store: str | None = None, *, storage_options: Options = None) -> None:
+def put(name: str, blob: bytes, store: Store = None, *, storage_options: Options = None) -> None:
     """Write ``blob`` as ``name`` in the store: a temporary file renamed into place."""
     _check_name(name)
-    with _reaching(store, "written", name):
-        fs, root = _open(store, storage_options)
+    location = FilterStore.of(store, storage_options)
+    with _reaching(location, "written", name):
+        fs, root = location.open()
         final = f"{root}/{name}"
         fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
         temporary = f"{final}.{uuid.uuid4().hex}.tmp"
@@ -190,17 +184,18 @@ def put(name: str, blob: bytes, store: str | None = None, *, storage_options: Op
         fs.mv(temporary, final)
 
 
-def get(name: str, store: str | None = None, *, storage_options: Options = None) -> bytes:
+def get(name: str, store: Store = None, *, storage_options: Options = None) -> bytes:
     """The bytes stored as ``name``; ``FileNotFoundError`` when there are none."""
     _check_name(name)
-    with _reaching(store, "read", name):
-        fs, root = _open(store, storage_options)
+    location = FilterStore.of(store, storage_options)
+    with _reaching(location, "read", name):
+        fs, root = location.open()
         with fs.open(f"{root}/{name}", "rb") as stored:
             return stored.read()
 
 
 @contextlib.contextmanager
-def _reaching(store: str | None, verb: str, name: str) -> Iterator[None]:
+def _reaching(location: FilterStore, verb: str, name: str) -> Iterator[None]:
     """Errors of a store that cannot be reached, as one naming the store and the entry; a missing entry stays as is."""
     try:
         yield
@@ -208,29 +203,28 @@ def _reaching(store: str | None, verb: str, name: str) -> Iterator[None]:
         raise
     except (OSError, ValueError, ImportError) as error:  # ValueError, ImportError: unknown protocol, missing driver
         raise FilterStoreError(
-            f"Filter store '{store or default_store()}' cannot be {verb} ('{name}'): {error}. Expected a directory "
+            f"Filter store '{location}' cannot be {verb} ('{name}'): {error}. Expected a directory "
             f"on an installed fsspec filesystem (option 'filterStore', argument store= or ${STORE_ENV})."
         ) from error
 
 
-def exists(name: str, store: str | None = None, *, storage_options: Options = None) -> bool:
+def exists(name: str, store: Store = None, *, storage_options: Options = None) -> bool:
     _check_name(name)
-    fs, root = _open(store, storage_options)
+    fs, root = FilterStore.of(store, storage_options).open()
     return fs.exists(f"{root}/{name}")
 
 
-def _raise_if_failed(handle: str, store: str | None, storage_options: Options) -> None:
+def _raise_if_failed(handle: str, location: FilterStore) -> None:
     try:
-        failure = json.loads(get(f"{handle}{_FAILED}", store, storage_options=storage_options))
+        failure = json.loads(get(f"{handle}{_FAILED}", location))
     except FileNotFoundError:
         return
     raise FilterFailedError(f"The collector of dynamic filter handle '{handle}' failed: {failure.get('reason')}")
 
 
-def _renew_lease(handle: str, store: str | None, storage_options: Options) -> None:
+def _renew_lease(handle: str, location: FilterStore) -> None:
     try:
-        put(f"{handle}{_LEASE}", json.dumps({"resolved_at": time.time()}).encode(), store,
-            storage_options=storage_options)
+        put(f"{handle}{_LEASE}", json.dumps({"resolved_at": time.time()}).encode(), location)
     except OSError as error:  # a read-only store still serves payloads; only expire() could cut this reader short
         log.warning("dynsource: could not renew the lease of dynamic filter '%s': %s", handle, error)
 
@@ -296,8 +290,3 @@ def _checked(handle: str) -> str:
             "dynsource.collect(), publish() or reserve()."
         )
     return handle
-
-
-def _open(store: str | None, storage_options: Options = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, root = storage.filesystem(store or default_store(), storage_options)
-    return fs, root.rstrip("/")

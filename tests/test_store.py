@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 import dynsource
-from dynsource import store
+from dynsource import storage, store
 from dynsource.filtering import DynamicFilteringData
 
 DATA = DynamicFilteringData([("k", "int")], [(1,), (2,)])
@@ -35,7 +35,7 @@ def test_publish_leaves_no_temporary_files(tmp_path):
 
 
 def test_default_store_comes_from_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(store.STORE_ENV, str(tmp_path))
+    monkeypatch.setenv(storage.STORE_ENV, str(tmp_path))
     handle = store.publish(DATA)
     assert (tmp_path / f"{handle}.dynf").exists()
 
