@@ -137,7 +137,7 @@ def _no_benefit(fact: ScanOptions, data: DynamicFilteringData, types: Mapping[st
         top_level.setdefault(columns[0], [raw for raw, *_ in values])
         return [False] * len(values)
 
-    PartitionEnumerator(*files.open_table(fact.path, fact.storageOptions)).enumerate(record_first_level)
+    PartitionEnumerator(*files.open_table(fact.path, fact.storage_options)).enumerate(record_first_level)
     column, raw = next(iter(top_level.items()), (None, []))
     if column not in types:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from dynsource import storage
 from dynsource.ddl import parse_ddl
@@ -31,31 +31,35 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 @dataclass(frozen=True)
 class ScanOptions:
-    """The validated options of one ``dynsource`` read (see ``DynsourceDataSource`` for their meaning)."""
+    """The validated options of one ``dynsource`` read (see ``DynsourceDataSource`` for their meaning).
+
+    Attributes are the options' names in snake_case (``dynamicFilter`` is ``dynamic_filter``; ``filterStore``,
+    a URL, is ``filter_store_url``, and :attr:`filter_store` the store it names).
+    """
 
     path: str
     format: str = "parquet"
-    dynamicFilter: str | None = None
-    dynamicFilteringEnabled: bool = True
-    dynamicFilterOnError: str = "fallback"
-    filterStore: str | None = None
-    partitionColumns: tuple[tuple[str, str], ...] = ()
-    partitionFilter: PartitionFilter | None = None
-    maxPartitionBytes: int = DEFAULT_MAX_PARTITION_BYTES
-    openCostInBytes: int = DEFAULT_OPEN_COST_IN_BYTES
-    minPartitionNum: int = os.cpu_count() or 1
-    batchSize: int = DEFAULT_BATCH_SIZE
-    timeZone: str | None = None
-    rowFilterMaxKeys: int = DEFAULT_ROW_FILTER_MAX_KEYS
-    taskFilterMaxBytes: int = DEFAULT_TASK_FILTER_MAX_BYTES
-    dynamicFilterWaitMs: int = DEFAULT_WAIT_MS
-    storageOptions: StorageOptions = storage.NO_OPTIONS
-    filterStoreOptions: StorageOptions | None = None
+    dynamic_filter: str | None = None
+    dynamic_filtering_enabled: bool = True
+    dynamic_filter_on_error: str = "fallback"
+    filter_store_url: str | None = None
+    partition_columns: tuple[tuple[str, str], ...] = ()
+    partition_filter: PartitionFilter | None = None
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    open_cost_in_bytes: int = DEFAULT_OPEN_COST_IN_BYTES
+    min_partition_num: int = os.cpu_count() or 1
+    batch_size: int = DEFAULT_BATCH_SIZE
+    time_zone: str | None = None
+    row_filter_max_keys: int = DEFAULT_ROW_FILTER_MAX_KEYS
+    task_filter_max_bytes: int = DEFAULT_TASK_FILTER_MAX_BYTES
+    dynamic_filter_wait_ms: int = DEFAULT_WAIT_MS
+    storage_options: StorageOptions = storage.NO_OPTIONS
+    filter_store_options: StorageOptions | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
         """Validate string options as Spark passes them; every problem names the option."""
-        canonical = {f.name.lower(): f.name for f in fields(cls)}
+        canonical = {name.lower(): name for name in ("path", *_PARSERS)}
         unknown = sorted(key for key in options if key.lower() not in canonical)
         if unknown:
             raise ValueError(
@@ -66,17 +70,17 @@ class ScanOptions:
         path = (given.pop("path", None) or "").strip()
         if not path:
             raise ValueError("Option 'path' is required: the fsspec URL or local path of the table directory.")
-        return cls(path=path, **{name: _PARSERS[name](name, value) for name, value in given.items()})
+        return cls(path=path, **{_FIELDS.get(name, name): _PARSERS[name](name, value) for name, value in given.items()})
 
     @property
     def filter_store(self) -> FilterStore:
         """The filter store: ``filterStore`` (default: this process's) opened with ``filterStoreOptions``, else with
         ``storageOptions`` when it is on the table's kind of filesystem (an ``s3://`` store beside an ``s3://``
         table), else with none."""
-        url = self.filterStore or storage.default_store()
-        if self.filterStoreOptions is not None:
-            return FilterStore(url, self.filterStoreOptions)
-        return FilterStore(url, self.storageOptions if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
+        url = self.filter_store_url or storage.default_store()
+        if self.filter_store_options is not None:
+            return FilterStore(url, self.filter_store_options)
+        return FilterStore(url, self.storage_options if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
 
 def _choice(allowed: tuple[str, ...]):
     def parse(name: str, value: str) -> str:
@@ -161,4 +165,23 @@ _PARSERS = {
     "dynamicFilterWaitMs": _non_negative_int,
     "storageOptions": StorageOptions.parse,
     "filterStoreOptions": StorageOptions.parse,
+}
+# The ScanOptions attribute of each option whose name is not one already (path, format).
+_FIELDS = {
+    "dynamicFilter": "dynamic_filter",
+    "dynamicFilteringEnabled": "dynamic_filtering_enabled",
+    "dynamicFilterOnError": "dynamic_filter_on_error",
+    "filterStore": "filter_store_url",
+    "partitionColumns": "partition_columns",
+    "partitionFilter": "partition_filter",
+    "maxPartitionBytes": "max_partition_bytes",
+    "openCostInBytes": "open_cost_in_bytes",
+    "minPartitionNum": "min_partition_num",
+    "batchSize": "batch_size",
+    "timeZone": "time_zone",
+    "rowFilterMaxKeys": "row_filter_max_keys",
+    "taskFilterMaxBytes": "task_filter_max_bytes",
+    "dynamicFilterWaitMs": "dynamic_filter_wait_ms",
+    "storageOptions": "storage_options",
+    "filterStoreOptions": "filter_store_options",
 }

@@ -40,7 +40,7 @@ def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
 
 
 def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:
-    declared = dict(options.partitionColumns)
+    declared = dict(options.partition_columns)
     undeclared = sorted(set(declared) - set(listing.columns))
     if undeclared:
         raise ValueError(
@@ -57,7 +57,7 @@ def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructFiel
 def _read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str]:
     """Spark SQL type of each read-schema column, with ``partitionColumns`` declarations taking precedence."""
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
-    return {**schema_types, **dict(options.partitionColumns)}
+    return {**schema_types, **dict(options.partition_columns)}
 
 
 def plan_scan(
@@ -66,16 +66,16 @@ def plan_scan(
 ) -> list[InputPartition]:
     """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files."""
     started = time.perf_counter()
-    fs, root = files.open_table(options.path, options.storageOptions)
+    fs, root = files.open_table(options.path, options.storage_options)
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
     column_types = _read_column_types(options, schema)
-    partition_filter = options.partitionFilter
+    partition_filter = options.partition_filter
     if partition_filter is not None:
         partition_filter.check_types(column_types)
     enumerator = DynamicPartitionEnumerator(
-        PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.timeZone,
-        on_error=options.dynamicFilterOnError,
-        static_filter=partition_filter.level_filter(column_types, options.timeZone) if partition_filter else None,
+        PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.time_zone,
+        on_error=options.dynamic_filter_on_error,
+        static_filter=partition_filter.level_filter(column_types, options.time_zone) if partition_filter else None,
     )
     waited = time.perf_counter()
     data, unusable = _filter_data(options)
@@ -87,24 +87,24 @@ def plan_scan(
         partition_filter.check_listing(listing.columns, listed_leaves=bool(listing.partitions))
     read_columns = [c for c in listing.columns if c in column_types]
     _check_data_columns(schema, listing, fs, options)
-    values = _typed_values(listing, read_columns, column_types, options.timeZone)
+    values = _typed_values(listing, read_columns, column_types, options.time_zone)
     scan_id = uuid.uuid4().hex
     row_filter, rows_unusable = None, None
     if enumerator.data is not None:  # None also when the enumerator set the filter aside
         row_filter, rows_unusable = rowfilter.plan_row_filter(
-            data, listing.columns, schema_types, handle=options.dynamicFilter, scan_id=scan_id,
-            max_keys=options.rowFilterMaxKeys, max_bytes=options.taskFilterMaxBytes,
-            on_error=options.dynamicFilterOnError,
+            data, listing.columns, schema_types, handle=options.dynamic_filter, scan_id=scan_id,
+            max_keys=options.row_filter_max_keys, max_bytes=options.task_filter_max_bytes,
+            on_error=options.dynamic_filter_on_error,
         )
     input_partitions = planner.plan(
         listing.partitions, values, read_columns,
         splittable=options.format == "parquet",
-        max_partition_bytes=options.maxPartitionBytes,
-        open_cost_in_bytes=options.openCostInBytes,
-        min_partition_num=options.minPartitionNum,
+        max_partition_bytes=options.max_partition_bytes,
+        open_cost_in_bytes=options.open_cost_in_bytes,
+        min_partition_num=options.min_partition_num,
         row_filter=row_filter,
     )
-    if options.dynamicFilter and options.dynamicFilteringEnabled:
+    if options.dynamic_filter and options.dynamic_filtering_enabled:
         reason = unusable or enumerator.fallback_reason
         if data is not None and not data.is_filtering:
             reason = "the filter exceeded the collector's threshold"
@@ -116,16 +116,16 @@ def plan_scan(
 
 def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str | None]:
     """The filter to apply, or None and why it cannot be used (under ``dynamicFilterOnError=fallback``)."""
-    if not options.dynamicFilter or not options.dynamicFilteringEnabled:
+    if not options.dynamic_filter or not options.dynamic_filtering_enabled:
         return None, None
     try:
-        data = store.resolve(options.dynamicFilter, options.filter_store, wait_ms=options.dynamicFilterWaitMs)
+        data = store.resolve(options.dynamic_filter, options.filter_store, wait_ms=options.dynamic_filter_wait_ms)
         return data, None
     except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
-        if options.dynamicFilterOnError == "fail":
+        if options.dynamic_filter_on_error == "fail":
             raise
         log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",
-                    options.dynamicFilter, error)
+                    options.dynamic_filter, error)
         return None, str(error)
 
 
@@ -160,7 +160,7 @@ def _report(
     # A data column the filter cannot compare leaves the partition pruning standing: filtering stays true.
     kept_files = [f for p in listing.partitions for f in p.files]
     scan = report.ScanReport(
-        handle=options.dynamicFilter,
+        handle=options.dynamic_filter,
         path=options.path,
         payload_kind=data.kind if data is not None else None,
         keys=len(data) if data is not None else None,
@@ -186,4 +186,4 @@ def _report(
     try:
         report.save(scan, options.filter_store)
     except (OSError, ValueError) as error:  # ValueError: a malformed handle, read unfiltered under 'fallback'
-        log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamicFilter, error)
+        log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamic_filter, error)

@@ -151,7 +151,7 @@ class DynsourceDataSource(DataSource):
         self.scan_options = ScanOptions.parse(options)
 
     def schema(self) -> StructType:
-        fs, root = files.open_table(self.scan_options.path, self.scan_options.storageOptions)
+        fs, root = files.open_table(self.scan_options.path, self.scan_options.storage_options)
         listing = PartitionEnumerator(fs, root).enumerate()
         return table_schema(listing, fs, self.scan_options)
 
@@ -174,13 +174,13 @@ class DynsourceReader(DataSourceReader):
         if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
             return
         plan: planner.SplitPlan = partition.value
-        fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storageOptions)[0])
+        fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storage_options)[0])
         target = read_arrow_schema(self.schema)
         row_filter = rowfilter.open_row_filter(plan.row_filter)
         try:
             for split in plan.splits:
                 yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
-                                            self.options.batchSize, row_filter)
+                                            self.options.batch_size, row_filter)
         finally:
             # Also when Spark stops early (a LIMIT): the figures then cover what was read.
             if row_filter is not None:

@@ -199,8 +199,8 @@ def test_plan_with_an_incomparable_data_column_falls_back_or_fails():
 
 
 def test_row_filter_max_keys_option():
-    assert ScanOptions.parse({"path": "t"}).rowFilterMaxKeys == 2000
-    assert ScanOptions.parse({"path": "t", "rowfiltermaxkeys": "0"}).rowFilterMaxKeys == 0
+    assert ScanOptions.parse({"path": "t"}).row_filter_max_keys == 2000
+    assert ScanOptions.parse({"path": "t", "rowfiltermaxkeys": "0"}).row_filter_max_keys == 0
     with pytest.raises(ValueError, match="Option 'rowFilterMaxKeys'"):
         ScanOptions.parse({"path": "t", "rowFilterMaxKeys": "-1"})
 

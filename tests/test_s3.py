@@ -152,7 +152,7 @@ def test_filter_store_on_s3_round_trips_with_storage_options(s3):
 def test_storage_options_are_a_json_object_and_their_secrets_stay_hidden(s3):
     _, options = s3
     parsed = ScanOptions.parse({"path": "s3://tables/sales", "storageoptions": json.dumps(options)})
-    assert dict(parsed.storageOptions) == options
+    assert dict(parsed.storage_options) == options
     assert options["secret"] not in repr(parsed) and options["key"] not in repr(parsed)
     assert options["client_kwargs"]["endpoint_url"] in repr(parsed)  # not a secret: shown for diagnosis
     for text, expected in [('{"secret": "s3cr3t"', "not valid JSON"), ('["s3cr3t"]', "JSON list, not an object")]:
