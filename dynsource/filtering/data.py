@@ -164,7 +164,7 @@ class DynamicFilteringData:
             As for the constructor.
         bloom_filter : pybloom_live.BloomFilter
             Taken over, not copied. Its capacity must be at most
-            ``bloomkeys.MAX_BLOOM_CAPACITY``; a filter holding more keys than its capacity
+            ``MAX_BLOOM_CAPACITY``; a filter holding more keys than its capacity
             only has more false positives.
         key_count : int
             How many distinct rows were added (``len()`` of the data); a filter of no keys must be empty.
