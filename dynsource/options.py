@@ -6,6 +6,7 @@ matched case-insensitively and reported in their documented camelCase form.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -72,7 +73,7 @@ class ScanOptions:
             raise ValueError("Option 'path' is required: the fsspec URL or local path of the table directory.")
         return cls(path=path, **{_FIELDS.get(name, name): _PARSERS[name](name, value) for name, value in given.items()})
 
-    @property
+    @functools.cached_property  # the default store is resolved once per scan, not at each use
     def filter_store(self) -> FilterStore:
         """The filter store: ``filterStore`` (default: this process's) opened with ``filterStoreOptions``, else with
         ``storageOptions`` when it is on the table's kind of filesystem (an ``s3://`` store beside an ``s3://``
