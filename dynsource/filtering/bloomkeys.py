@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import bitarray
 import numpy as np
@@ -25,6 +26,55 @@ DEFAULT_FPP = 0.01
 
 # A Bloom filter answers may_overlap for an integral interval by probing each of its values, up to this many.
 _MAX_OVERLAP_PROBES = 1024
+
+
+class BloomKeys(keyrows.Keys):
+    """A Bloom filter over the :func:`bloom_key` of each distinct row, as openLooKeng sends for many rows."""
+
+    kind = "bloom"
+
+    def __init__(self, fields: keyrows.Fields, bloom: BloomFilter, key_count: int, null_safe: bool) -> None:
+        """``bloom`` is taken over, not copied."""
+        check_bloom(bloom, keyrows.check_count(key_count))
+        self.bloom = bloom
+        super().__init__(fields, key_count, null_safe)
+
+    @classmethod
+    def from_keys(cls, fields: keyrows.Fields, keys: pa.Table, fpp: float, null_safe: bool) -> BloomKeys:
+        """A filter sized for ``keys`` (field-typed, distinct) at false-positive rate ``fpp``, holding them."""
+        bloom = BloomFilter(max(keys.num_rows, 1), check_fpp(fpp))
+        add_to_bloom(bloom, fields, keys)
+        return cls(fields, bloom, keys.num_rows, null_safe)
+
+    @classmethod
+    def from_body(cls, fields: keyrows.Fields, header: dict[str, Any], body: bytes) -> BloomKeys:
+        sizing = header["bloom"]
+        bloom = bloom_from_bits(sizing["capacity"], sizing["fpp"], body)
+        return cls(fields, bloom, header["row_count"], header["null_safe"])
+
+    @property
+    def size_bytes(self) -> int:
+        return bits_bytes(self.bloom.num_bits)
+
+    def mask(self, candidates: pa.Table, columns: list[Candidate]) -> pa.BooleanArray:
+        targets = compare.targets(candidates, columns)
+        if self.key_count == 0:
+            return keyrows.constant(False, candidates.num_rows)
+        return mask(self.bloom, self.fields, self.null_safe, candidates, columns, targets)
+
+    def overlaps(self, field: tuple[str, str], interval: pa.Array, source: str, target: str) -> bool:
+        if self.null_safe:
+            return True  # statistics leave nulls out
+        return overlaps(self.bloom, self.fields, field[1], interval, source)
+
+    def identity(self) -> Any:
+        return self.bloom.capacity, self.bloom.error_rate, self.body()
+
+    def header(self) -> dict[str, Any]:
+        return {"bloom": {"capacity": self.bloom.capacity, "fpp": self.bloom.error_rate}}
+
+    def body(self) -> bytes:
+        return bloom_body(self.bloom)
 
 
 def bloom_key(fields: Sequence[tuple[str, str]], table: pa.Table) -> list[str]:

@@ -100,6 +100,11 @@ def comparison_target(column: str, arrow: pa.DataType, field: tuple[str, str]) -
     return target
 
 
+def targets(candidates: pa.Table, columns: list[tuple[str, tuple[str, str]]]) -> list[str]:
+    """:func:`comparison_target` of each candidate column and its field."""
+    return [comparison_target(column, candidates.column(column).type, field) for column, field in columns]
+
+
 def compare(resolved: tuple[str, tuple[str, str]], candidates: pa.Table, keys: pa.Table) -> _Compared:
     column, (name, field_type) = resolved
     values = keyrows.plain(candidates.column(column))

@@ -1,4 +1,4 @@
-"""The payload class: :class:`DynamicFilteringData`, its kinds, flags, matching and wire round trip."""
+"""The payload facade :class:`DynamicFilteringData`: fields and flags; its kind's ``Keys`` matches and encodes."""
 
 from __future__ import annotations
 
@@ -95,8 +95,9 @@ class DynamicFilteringData:
         null_safe: bool = False,
     ) -> None:
         checked = keyrows.check_fields(fields)
-        self._start(checked, "exact", exceed_threshold, null_safe)
-        self._set_rows(keyrows.empty_table(checked) if exceed_threshold else keyrows.table_from_rows(checked, rows))
+        table = keyrows.empty_table(checked) if exceed_threshold else keyrows.table_from_rows(checked, rows)
+        self._keys: keyrows.Keys = exact.ExactKeys(checked, table, null_safe)
+        self._exceed_threshold = bool(exceed_threshold)
 
     @classmethod
     def from_table(
@@ -136,16 +137,11 @@ class DynamicFilteringData:
             return cls(checked, exceed_threshold=True, null_safe=null_safe)
         typed = keyrows.cast_table(checked, table)
         if kind == "exact":
-            data = cls._blank(checked, "exact", null_safe)
-            data._set_rows(typed)
-            return data
-        keys = keyrows.distinct(keyrows.normalize_floats(typed if null_safe else typed.drop_null()))
+            return cls._of(exact.ExactKeys(checked, typed, null_safe))
+        keys = keyrows.summarised(typed, null_safe)
         if kind == "bloom":
-            bloom = BloomFilter(max(keys.num_rows, 1), bloomkeys.check_fpp(fpp))
-            bloomkeys.add_to_bloom(bloom, checked, keys)
-            return cls.from_bloom(checked, bloom, key_count=keys.num_rows, null_safe=null_safe)
-        lower, upper = zip(*(keyrows.column_bounds(column) for column in keys.columns), strict=True)
-        return cls.from_bounds(checked, lower, upper, key_count=keys.num_rows, null_safe=null_safe)
+            return cls._of(bloomkeys.BloomKeys.from_keys(checked, keys, fpp, null_safe))
+        return cls._of(bounds.RangeKeys.from_keys(checked, keys, null_safe))
 
     @classmethod
     def from_bloom(
@@ -171,12 +167,7 @@ class DynamicFilteringData:
         null_safe : bool, default False
             Rows with a null were added and match null candidates (``<=>``).
         """
-        checked = keyrows.check_fields(fields)
-        bloomkeys.check_bloom(bloom_filter, keyrows.check_count(key_count))
-        data = cls._blank(checked, "bloom", null_safe)
-        data._bloom = bloom_filter
-        data._key_count = key_count
-        return data
+        return cls._of(bloomkeys.BloomKeys(keyrows.check_fields(fields), bloom_filter, key_count, null_safe))
 
     @classmethod
     def from_bounds(
@@ -205,75 +196,48 @@ class DynamicFilteringData:
             null candidate is then always kept, the bounds not telling whether
             some row holds one.
         """
-        checked = keyrows.check_fields(fields)
-        limits = keyrows.normalize_floats(keyrows.table_from_rows(checked, [lower, upper]))
-        keyrows.check_bounds(limits, keyrows.check_count(key_count), null_safe)
-        data = cls._blank(checked, "range", null_safe)
-        data._bounds = limits
-        data._key_count = key_count
-        return data
+        return cls._of(bounds.RangeKeys(keyrows.check_fields(fields), lower, upper, key_count, null_safe))
 
     @classmethod
-    def _blank(cls, fields: keyrows.Fields, kind: str, null_safe: bool) -> DynamicFilteringData:
+    def _of(cls, keys: keyrows.Keys, exceed_threshold: bool = False) -> DynamicFilteringData:
         data = cls.__new__(cls)
-        data._start(fields, kind, False, null_safe)
+        data._keys, data._exceed_threshold = keys, bool(exceed_threshold)
         return data
-
-    def _start(self, fields: keyrows.Fields, kind: str, exceed: bool, null_safe: bool) -> None:
-        self._fields = fields
-        self._kind = kind
-        self._exceed_threshold = bool(exceed)
-        self._null_safe = bool(null_safe)
-        self._table: pa.Table | None = None
-        self._bloom: BloomFilter | None = None
-        self._bounds: pa.Table | None = None
-        self._key_count = 0
-        self._row_set: frozenset[tuple[Any, ...]] | None = None
-        self._matchable: pa.Table | None = None
-
-    def _set_rows(self, table: pa.Table) -> None:
-        self._table = keyrows.distinct(keyrows.normalize_floats(table))
-        self._key_count = self._table.num_rows
 
     @property
     def fields(self) -> tuple[tuple[str, str], ...]:
-        return self._fields
+        return self._keys.fields
 
     @property
     def field_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self._fields)
+        return tuple(name for name, _ in self.fields)
 
     @property
     def kind(self) -> str:
-        return self._kind
+        return self._keys.kind
 
     @property
     def table(self) -> pa.Table:
-        if self._table is None:
+        if self._keys.table is None:
             # An empty table here would read as "no keys" and lose every row.
-            raise TypeError(f"{self._kind.capitalize()} filter data holds no rows; use matching_mask() or contains().")
-        return self._table
+            raise TypeError(f"{self.kind.capitalize()} filter data holds no rows; use matching_mask() or contains().")
+        return self._keys.table
 
     @property
     def bloom_filter(self) -> BloomFilter | None:
-        return self._bloom
+        return self._keys.bloom
 
     @property
     def fpp(self) -> float | None:
-        return None if self._bloom is None else self._bloom.error_rate
+        return None if self._keys.bloom is None else self._keys.bloom.error_rate
 
     @property
     def bounds(self) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
-        if self._bounds is None:
-            return None
-        lower, upper = keyrows.row_tuples(self._bounds)
-        return lower, upper
+        return self._keys.bounds if isinstance(self._keys, bounds.RangeKeys) else None
 
     @property
     def size_bytes(self) -> int:
-        if self._bloom is not None:
-            return bloomkeys.bits_bytes(self._bloom.num_bits)
-        return (self._table if self._bounds is None else self._bounds).nbytes
+        return self._keys.size_bytes
 
     @property
     def exceed_threshold(self) -> bool:
@@ -281,31 +245,26 @@ class DynamicFilteringData:
 
     @property
     def null_safe(self) -> bool:
-        return self._null_safe
+        return self._keys.null_safe
 
     @property
     def is_filtering(self) -> bool:
         return not self._exceed_threshold
 
     def __len__(self) -> int:
-        return self._key_count
+        return self._keys.key_count
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DynamicFilteringData):
             return NotImplemented
-        return (
-            self.fields == other.fields
-            and self.kind == other.kind
-            and self.exceed_threshold == other.exceed_threshold
-            and self.null_safe == other.null_safe
-            and len(self) == len(other)
-            and self._payload_identity() == other._payload_identity()
-        )
+        shape = (self.fields, self.kind, self.exceed_threshold, self.null_safe, len(self))
+        other_shape = (other.fields, other.kind, other.exceed_threshold, other.null_safe, len(other))
+        return shape == other_shape and self._keys.identity() == other._keys.identity()
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}: {type_name}" for name, type_name in self._fields)
+        fields = ", ".join(f"{name}: {type_name}" for name, type_name in self.fields)
         count = "rows" if self.kind == "exact" else "keys"
-        fpp = "" if self._bloom is None else f", fpp={self.fpp}"
+        fpp = "" if self.fpp is None else f", fpp={self.fpp}"
         return (
             f"DynamicFilteringData(fields=[{fields}], kind={self.kind}, {count}={len(self)}, "
             f"size_bytes={self.size_bytes}{fpp}, exceed_threshold={self.exceed_threshold}, null_safe={self.null_safe})"
@@ -320,19 +279,10 @@ class DynamicFilteringData:
         null matches nothing unless the data is null-safe; non-filtering data
         contains every row.
         """
-        values = keyrows.row_values(row, self._fields)
+        values = keyrows.row_values(row, self.fields)
         if not self.is_filtering:
             return True
-        typed = [
-            keyrows.column(name, type_name, [value])
-            for (name, type_name), value in zip(self._fields, values, strict=True)
-        ]
-        if self.kind != "exact":
-            return self.matching_mask(pa.Table.from_arrays(typed, schema=keyrows.schema(self._fields)))[0].as_py()
-        canonical = tuple(keyrows.canonical(column[0].as_py()) for column in typed)
-        if not self.null_safe and any(value is None for value in canonical):
-            return False
-        return canonical in self._rows()
+        return self._keys.contains(keyrows.table_from_rows(self.fields, [values]))
 
     def matching_mask(self, candidates: pa.Table) -> pa.BooleanArray:
         """For each candidate row, whether some filter row may match it on the candidate's columns.
@@ -348,19 +298,19 @@ class DynamicFilteringData:
         -------
         pyarrow.BooleanArray
             May be true for a candidate no row matches, never false for one a row
-            matches. Exact and range data compare both sides in Spark's
-            comparison type; a candidate value that cannot be converted to it is
-            kept. Comparisons that depend on the session time zone (a date or a
-            local timestamp against a timestamp) are made per day with a day of
-            slack. A column whose string keys do not all parse into its type
-            does not prune, nor do range bounds of a string field against
-            another type (the order of the strings is not the order of their
-            values), nor float bounds holding NaN; a null-safe range keeps null
-            candidates. Bloom data prunes only when every field is a candidate column: each
-            candidate is converted to its field's type and its distinct rows are
-            probed. It cannot prune what Spark compares in a wider, lossy type
-            (a bigint or decimal field against a double column), nor a string
-            field against another type, nor a time-zone-dependent comparison.
+            matches. Exact and range data compare both sides in Spark's comparison
+            type; a candidate value that cannot be converted to it is kept.
+            Comparisons that depend on the session time zone (a date or a local
+            timestamp against a timestamp) are made per day with a day of slack.
+            A column whose string keys do not all parse into its type does not
+            prune, nor do range bounds of a string field against another type
+            (string order is not value order), nor float bounds holding NaN; a
+            null-safe range keeps null candidates. Bloom data prunes only when
+            every field is a candidate column: each candidate is converted to its
+            field's type and its distinct rows are probed. It cannot prune what
+            Spark compares in a wider, lossy type (a bigint or decimal field
+            against a double column), nor a string field against another type,
+            nor a time-zone-dependent comparison.
 
         Raises
         ------
@@ -369,20 +319,9 @@ class DynamicFilteringData:
         TypeError
             A column's type cannot be compared with its field's type.
         """
-        count = candidates.num_rows
         if not self.is_filtering:
-            return keyrows.constant(True, count)
-        columns = self._candidate_fields(candidates)
-        if self.kind == "exact":
-            return exact.mask(self._matchable_rows(), self.null_safe, candidates, columns)
-        targets = [
-            compare.comparison_target(column, candidates.column(column).type, field) for column, field in columns
-        ]
-        if len(self) == 0:
-            return keyrows.constant(False, count)
-        if self.kind == "bloom":
-            return bloomkeys.mask(self._bloom, self._fields, self.null_safe, candidates, columns, targets)
-        return bounds.mask(self._bounds, self.null_safe, candidates, columns, targets)
+            return keyrows.constant(True, candidates.num_rows)
+        return self._keys.mask(candidates, keyrows.candidate_fields(self.fields, candidates))
 
     def may_overlap(self, column: str, low: Any, high: Any, value_type: pa.DataType | None = None) -> bool:
         """Whether some filter row may have a ``column`` value within [``low``, ``high``].
@@ -409,11 +348,11 @@ class DynamicFilteringData:
             both in Spark's comparison type (a day of slack for time-zone-dependent
             comparisons); float keys holding NaN always overlap, statistics
             leaving NaN out. Bloom data of a single integral field probes each
-            value of an integral interval of at most 1024 values; otherwise
-            true (each probe is a false positive with probability ``fpp``, so the
-            wider the interval, the less often a row group is skipped). Null-safe
-            data whose rows may hold a null in ``column`` always
-            overlaps, statistics leaving nulls out.
+            value of an integral interval of at most 1024 values; otherwise true
+            (each probe is a false positive with probability ``fpp``, so the wider
+            the interval, the less often a row group is skipped). Null-safe data
+            whose rows may hold a null in ``column`` always overlaps, statistics
+            leaving nulls out.
 
         Raises
         ------
@@ -424,108 +363,38 @@ class DynamicFilteringData:
         """
         if not self.is_filtering:
             return True
-        name, field_type = self._field(column)
-        interval = compare.interval(low, high, value_type or types.arrow_type(field_type))
+        field = keyrows.field(self.fields, column)
+        interval = compare.interval(low, high, value_type or types.arrow_type(field[1]))
         source = types.type_name(interval.type)
-        target = compare.comparison_target(column, interval.type, (name, field_type))
+        target = compare.comparison_target(column, interval.type, field)
         if interval.null_count or (source == "string" and target != "string"):
             return True  # unknown, or strings bounding their values in string order ('10' < '9')
-        if len(self) == 0:
-            return False
-        if self.kind == "exact":
-            keys = keyrows.plain(self._matchable_rows().column(name))
-            return exact.overlaps(keys, self.null_safe, field_type, interval, source, target)
-        if self.null_safe:
-            return True
-        if self.kind == "bloom":
-            return bloomkeys.overlaps(self._bloom, self._fields, field_type, interval, source)
-        return bounds.overlaps(self._bounds, name, field_type, interval, source, target)
+        return len(self) > 0 and self._keys.overlaps(field, interval, source, target)
 
     def to_bytes(self) -> bytes:
-        """The wire format: magic, version, header length, JSON header, body, SHA-256.
-
-        The body is an Arrow IPC stream of the rows (exact) or of two rows, the
-        lower and the upper bounds (range), or the Bloom filter's bit array,
-        little-endian bit order, whose length follows from the ``capacity`` and
-        ``fpp`` in the header (bloom).
-        """
+        """The payload as versioned, checksummed bytes (the format is :mod:`dynsource.filtering.wire`'s)."""
         header: dict[str, Any] = {
             "kind": self.kind,
-            "fields": [list(field) for field in self._fields],
+            "fields": [list(field) for field in self.fields],
             "exceed_threshold": self.exceed_threshold,
             "null_safe": self.null_safe,
             "row_count": len(self),
+            **self._keys.header(),
         }
-        if self._bloom is not None:
-            header["bloom"] = {"capacity": self._bloom.capacity, "fpp": self._bloom.error_rate}
-            return wire.encode(header, bloomkeys.bloom_body(self._bloom))
-        return wire.encode(header, wire.ipc_bytes(self._table if self._bounds is None else self._bounds))
+        return wire.encode(header, self._keys.body())
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> DynamicFilteringData:
         """Load :meth:`to_bytes` output; any damage or foreign input raises ``ValueError``.
 
         Only JSON, Arrow IPC and a bit array are parsed: nothing in the blob is
-        imported or run. Sizes are checked before anything is allocated for
-        them: a Bloom filter's sizing against its body's length, an exact
-        filter's row count against what its body can hold, and each Arrow record
-        batch's row count against the header's before it is decoded (compressed
-        Arrow bodies, which could inflate far beyond the blob, are refused).
+        imported or run, and every size is checked before it is allocated.
         """
-        return cls._from_body(*wire.decode(blob))
+        header, body = wire.decode(blob)
+        keys = _KINDS[header["kind"]].from_body(header["fields"], header, body)
+        return cls._of(keys, header["exceed_threshold"])
 
-    @classmethod
-    def _from_body(cls, header: dict[str, Any], body: bytes) -> DynamicFilteringData:
-        fields, count, null_safe = header["fields"], header["row_count"], header["null_safe"]
-        if header["kind"] == "bloom":
-            capacity, fpp = header["bloom"]["capacity"], header["bloom"]["fpp"]
-            bloom = bloomkeys.bloom_from_bits(capacity, fpp, body)
-            return cls.from_bloom(fields, bloom, key_count=count, null_safe=null_safe)
-        if header["kind"] == "range":
-            table = wire.read_body(body, fields, 2, "range bounds are 2 rows")
-            if table.num_rows != 2:
-                raise ValueError(f"Filter payload body holds {table.num_rows} rows, but range bounds are 2 rows.")
-            lower, upper = keyrows.row_tuples(table)
-            return cls.from_bounds(fields, lower, upper, key_count=count, null_safe=null_safe)
-        table = wire.read_body(body, fields, count, f"its header declares {count} rows")
-        wire.check_rows(header, table)
-        return cls.from_table(fields, table, exceed_threshold=header["exceed_threshold"], null_safe=null_safe)
 
-    # --- exact ---------------------------------------------------------------------------------------
-
-    def _rows(self) -> frozenset[tuple[Any, ...]]:
-        # Python tuples compare by value: rows whose hashes collide stay apart.
-        if self._row_set is None:
-            self._row_set = frozenset(keyrows.row_tuples(self._table))
-        return self._row_set
-
-    def _matchable_rows(self) -> pa.Table:
-        # With `=`, a row holding a null matches no full partition, so neither does any prefix of one.
-        if self._matchable is None:
-            self._matchable = self._table if self.null_safe else self._table.drop_null()
-        return self._matchable
-
-    # --- shared --------------------------------------------------------------------------------------
-
-    def _payload_identity(self) -> Any:
-        if self._bloom is not None:
-            return self._bloom.capacity, self._bloom.error_rate, bloomkeys.bloom_body(self._bloom)
-        if self._bounds is not None:
-            return keyrows.row_tuples(self._bounds)
-        return self._rows()
-
-    def _field(self, column: str) -> tuple[str, str]:
-        for field in self._fields:
-            if field[0].lower() == column.lower():
-                return field
-        raise ValueError(f"Column '{column}' is not a filter field; the fields are {list(self.field_names)}.")
-
-    def _candidate_fields(self, candidates: pa.Table) -> list[tuple[str, tuple[str, str]]]:
-        resolved, seen = [], set()
-        for column in candidates.column_names:
-            field = self._field(column)
-            if field[0] in seen:
-                raise ValueError(f"Column '{column}' names filter field '{field[0]}' twice.")
-            seen.add(field[0])
-            resolved.append((column, field))
-        return resolved
+_KINDS: dict[str, type[keyrows.Keys]] = {
+    kind.kind: kind for kind in (exact.ExactKeys, bloomkeys.BloomKeys, bounds.RangeKeys)
+}

@@ -3,12 +3,64 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dynsource.filtering import compare, keyrows
+from dynsource.filtering import compare, keyrows, wire
 from dynsource.filtering.keyrows import Candidate
+
+
+class ExactKeys(keyrows.Keys):
+    """The distinct key rows themselves: exact answers."""
+
+    kind = "exact"
+
+    def __init__(self, fields: keyrows.Fields, table: pa.Table, null_safe: bool) -> None:
+        """``table``: field-typed rows; floats are normalized and duplicates dropped."""
+        self.table = keyrows.distinct(keyrows.normalize_floats(table))
+        super().__init__(fields, self.table.num_rows, null_safe)
+
+    @classmethod
+    def from_body(cls, fields: keyrows.Fields, header: dict[str, Any], body: bytes) -> ExactKeys:
+        count = header["row_count"]
+        table = wire.read_body(body, fields, count, f"its header declares {count} rows")
+        wire.check_rows(header, table)
+        return cls(fields, keyrows.cast_table(fields, table), header["null_safe"])
+
+    @property
+    def size_bytes(self) -> int:
+        return self.table.nbytes
+
+    @functools.cached_property
+    def rows(self) -> frozenset[tuple[Any, ...]]:
+        # Python tuples compare by value: rows whose hashes collide stay apart.
+        return frozenset(keyrows.row_tuples(self.table))
+
+    @functools.cached_property
+    def matchable(self) -> pa.Table:
+        # With `=`, a row holding a null matches no full partition, so neither does any prefix of one.
+        return self.table if self.null_safe else self.table.drop_null()
+
+    def mask(self, candidates: pa.Table, columns: list[Candidate]) -> pa.BooleanArray:
+        return mask(self.matchable, self.null_safe, candidates, columns)
+
+    def contains(self, row: pa.Table) -> bool:
+        canonical = tuple(keyrows.canonical(column[0].as_py()) for column in row.columns)
+        if not self.null_safe and any(value is None for value in canonical):
+            return False
+        return canonical in self.rows
+
+    def overlaps(self, field: tuple[str, str], interval: pa.Array, source: str, target: str) -> bool:
+        keys = keyrows.plain(self.matchable.column(field[0]))
+        return overlaps(keys, self.null_safe, field[1], interval, source, target)
+
+    def identity(self) -> Any:
+        return self.rows
+
+    def body(self) -> bytes:
+        return wire.ipc_bytes(self.table)
 
 
 def mask(keys: pa.Table, null_safe: bool, candidates: pa.Table, columns: list[Candidate]) -> pa.BooleanArray:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dynsource import types
+
+if TYPE_CHECKING:
+    from pybloom_live import BloomFilter
 
 KINDS = ("exact", "bloom", "range")
 Fields = tuple[tuple[str, str], ...]
@@ -191,3 +195,80 @@ def constant(value: bool, count: int) -> pa.BooleanArray:
 def plain(values: pa.ChunkedArray) -> pa.Array:
     array = values.combine_chunks()
     return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+def field(fields: Fields, column: str) -> tuple[str, str]:
+    """The field ``column`` names, ignoring case."""
+    for candidate in fields:
+        if candidate[0].lower() == column.lower():
+            return candidate
+    raise ValueError(f"Column '{column}' is not a filter field; the fields are {[name for name, _ in fields]}.")
+
+
+def candidate_fields(fields: Fields, candidates: pa.Table) -> list[Candidate]:
+    """Each candidate column with the field it names; a column naming no field, or one named twice, raises."""
+    resolved, seen = [], set()
+    for name in candidates.column_names:
+        named = field(fields, name)
+        if named[0] in seen:
+            raise ValueError(f"Column '{name}' names filter field '{named[0]}' twice.")
+        seen.add(named[0])
+        resolved.append((name, named))
+    return resolved
+
+
+def summarised(table: pa.Table, null_safe: bool) -> pa.Table:
+    """The distinct rows a Bloom filter or bounds summarise: with ``=``, rows holding a null match nothing."""
+    return distinct(normalize_floats(table if null_safe else table.drop_null()))
+
+
+class Keys(abc.ABC):
+    """What one kind of payload holds and how it matches; :class:`DynamicFilteringData` delegates to it.
+
+    Subclasses set the one attribute of their kind (``table``, ``bloom`` or
+    ``limits``) and implement matching, overlap, identity and the wire body.
+    """
+
+    kind: ClassVar[str]
+    table: pa.Table | None = None  # exact: the distinct rows
+    bloom: BloomFilter | None = None  # bloom: the filter
+    limits: pa.Table | None = None  # range: two rows, each field's least and greatest key
+
+    def __init__(self, fields: Fields, key_count: int, null_safe: bool) -> None:
+        self.fields = fields
+        self.key_count = key_count
+        self.null_safe = null_safe
+
+    @classmethod
+    @abc.abstractmethod
+    def from_body(cls, fields: Fields, header: dict[str, Any], body: bytes) -> Keys:
+        """The keys of a checked wire header and body."""
+
+    @property
+    @abc.abstractmethod
+    def size_bytes(self) -> int:
+        """The payload's size: the rows' or bounds' Arrow size, or the Bloom filter's bit array."""
+
+    @abc.abstractmethod
+    def mask(self, candidates: pa.Table, columns: list[Candidate]) -> pa.BooleanArray:
+        """Which candidates some key may match on ``columns``; never false for one that matches."""
+
+    def contains(self, row: pa.Table) -> bool:
+        """Whether the one-row, field-typed table ``row`` may be a key."""
+        return self.mask(row, candidate_fields(self.fields, row))[0].as_py()
+
+    @abc.abstractmethod
+    def overlaps(self, field: tuple[str, str], interval: pa.Array, source: str, target: str) -> bool:
+        """Whether some key's ``field`` value may lie in ``interval`` (type ``source``, compared as ``target``)."""
+
+    @abc.abstractmethod
+    def identity(self) -> Any:
+        """A value equal for equal payloads of this kind."""
+
+    def header(self) -> dict[str, Any]:
+        """Wire header entries only this kind has."""
+        return {}
+
+    @abc.abstractmethod
+    def body(self) -> bytes:
+        """The wire body."""

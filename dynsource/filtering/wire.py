@@ -1,6 +1,16 @@
-"""The wire format of a filter payload: magic, version, JSON header, Arrow IPC or bit-array body, SHA-256.
+"""The wire format of a filter payload: magic, version, header length, JSON header, body, SHA-256.
 
-Every size is checked before anything is allocated for it, and nothing in a blob is imported or run.
+The body is an Arrow IPC stream of the rows (exact) or of two rows, the lower
+and the upper bounds (range), or the Bloom filter's bit array, little-endian bit
+order, whose length follows from the ``capacity`` and ``fpp`` in the header
+(bloom).
+
+Only JSON, Arrow IPC and a bit array are parsed: nothing in a blob is imported
+or run. Sizes are checked before anything is allocated for them: a Bloom
+filter's sizing against its body's length, an exact filter's row count against
+what its body can hold, and each Arrow record batch's row count against the
+header's before it is decoded (compressed Arrow bodies, which could inflate far
+beyond the blob, are refused).
 """
 
 from __future__ import annotations
