@@ -17,7 +17,7 @@ tables of a new session deletes the definitions whose table is gone.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import logging
 import os
@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dynsource import figures, store
-from dynsource.options import ScanOptions
+from dynsource.options import OPTION_NAMES, ScanOptions
 from dynsource.source import DynsourceDataSource
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,11 @@ class TableDefinition:
     def path(self) -> str:
         return self.options["path"]
 
+    @functools.cached_property
+    def scan_options(self) -> ScanOptions:
+        """The stored options, parsed (once per definition: each query's source overrides them)."""
+        return ScanOptions.parse(self.options)
+
     def to_json(self) -> bytes:
         document = {"version": _VERSION, "table": self.table, "options": self.options,
                     "schema": json.loads(self.schema.json())}
@@ -75,8 +80,9 @@ class TableDefinition:
             if document["version"] != _VERSION or document["table"] != table:
                 raise ValueError(f"it is version {document['version']} of table '{document['table']}'")
             options = {str(k): str(v) for k, v in document["options"].items()}
-            ScanOptions.parse(options)
-            return cls(table, options, StructType.fromJson(document["schema"]))
+            definition = cls(table, options, StructType.fromJson(document["schema"]))
+            definition.scan_options  # noqa: B018 -- parsed now, so that damage is reported as such
+            return definition
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise TableDefinitionError(
                 f"The dynsource definition of table '{table}' at '{_url(location, table)}' is damaged ({error!r}); "
@@ -99,7 +105,10 @@ class TableSource(DynsourceDataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.definition = read_definition(self.table, self.location)
-        super().__init__(merge_options(self.definition.options, options))
+        super().__init__(options)
+
+    def parse_options(self, options: Mapping[str, str]) -> ScanOptions:
+        return self.definition.scan_options.with_options(options)
 
     def schema(self) -> StructType:
         return self.definition.schema
@@ -112,12 +121,6 @@ def table_source(
     # Not importable by name, so cloudpickle ships the class by value, attributes included.
     attributes = {"table": table, "location": location, "task_figures": task_figures}
     return type(f"TableSource_{table.replace('.', '_')}", (TableSource,), attributes)
-
-
-def merge_options(stored: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
-    """``stored`` updated with ``given``; keys match case-insensitively, as Spark lower-cases ``WITH`` keys."""
-    overridden = {key.lower() for key in given}
-    return {**{k: v for k, v in stored.items() if k.lower() not in overridden}, **given}
 
 
 def register_table(
@@ -335,7 +338,7 @@ def _delete(location: str, table: str) -> None:
 
 def _canonical(options: Mapping[str, str]) -> dict[str, str]:
     # Stored under their documented names, so that a lookup such as options["path"] needs no case folding.
-    names = {field.name.lower(): field.name for field in dataclasses.fields(ScanOptions)}
+    names = {name.lower(): name for name in OPTION_NAMES}
     return {names.get(key.lower(), key): value for key, value in options.items()}
 
 

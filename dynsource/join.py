@@ -84,8 +84,10 @@ def dynamic_join(
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
     spark = dim.sparkSession
     base_options = dict(options or {})
-    stored = {"path": fact} if _is_path(fact) else catalog.load_definition(spark, fact).options
-    fact_options = ScanOptions.parse(catalog.merge_options(stored, base_options))
+    if _is_path(fact):
+        fact_options = ScanOptions.parse({**base_options, "path": fact})
+    else:
+        fact_options = catalog.load_definition(spark, fact).scan_options.with_options(base_options)
     fact_df = _read(spark, fact, base_options)
     handle, reason, store = None, None, None
     if join_type not in _PRUNING:

@@ -6,11 +6,13 @@ matched case-insensitively and reported in their documented camelCase form.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from dynsource import storage
 from dynsource.ddl import parse_ddl
@@ -60,18 +62,18 @@ class ScanOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
         """Validate string options as Spark passes them; every problem names the option."""
-        canonical = {name.lower(): name for name in ("path", *_PARSERS)}
-        unknown = sorted(key for key in options if key.lower() not in canonical)
-        if unknown:
-            raise ValueError(
-                f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are "
-                f"{sorted(canonical.values())}."
-            )
-        given = {canonical[key.lower()]: value for key, value in options.items()}
-        path = (given.pop("path", None) or "").strip()
-        if not path:
-            raise ValueError("Option 'path' is required: the fsspec URL or local path of the table directory.")
-        return cls(path=path, **{_FIELDS.get(name, name): _PARSERS[name](name, value) for name, value in given.items()})
+        parsed = _parse(options)
+        if "path" not in parsed:
+            raise ValueError(_PATH_REQUIRED)
+        return cls(**parsed)
+
+    def with_options(self, options: Mapping[str, str]) -> ScanOptions:
+        """These options overridden by ``options`` (string options, validated as by :meth:`parse`).
+
+        A registered table's stored options are parsed once, when its definition is
+        read; a table reference's ``WITH (...)`` options only override some of them.
+        """
+        return dataclasses.replace(self, **_parse(options)) if options else self
 
     @functools.cached_property  # the default store is resolved once per scan, not at each use
     def filter_store(self) -> FilterStore:
@@ -82,6 +84,27 @@ class ScanOptions:
         if self.filter_store_options is not None:
             return FilterStore(url, self.filter_store_options)
         return FilterStore(url, self.storage_options if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
+
+_PATH_REQUIRED = "Option 'path' is required: the fsspec URL or local path of the table directory."
+
+
+def _parse(options: Mapping[str, str]) -> dict[str, Any]:
+    """The ScanOptions attributes ``options`` set, validated."""
+    canonical = {name.lower(): name for name in OPTION_NAMES}
+    unknown = sorted(key for key in options if key.lower() not in canonical)
+    if unknown:
+        raise ValueError(
+            f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are {sorted(OPTION_NAMES)}."
+        )
+    given = {canonical[key.lower()]: value for key, value in options.items()}
+    parsed = {_FIELDS.get(name, name): _PARSERS[name](name, value) for name, value in given.items() if name != "path"}
+    if "path" in given:
+        path = (given["path"] or "").strip()
+        if not path:
+            raise ValueError(_PATH_REQUIRED)
+        parsed["path"] = path
+    return parsed
+
 
 def _choice(allowed: tuple[str, ...]):
     def parse(name: str, value: str) -> str:
@@ -186,3 +209,5 @@ _FIELDS = {
     "storageOptions": "storage_options",
     "filterStoreOptions": "filter_store_options",
 }
+# Every option's name as users type it (matched ignoring case).
+OPTION_NAMES = ("path", *_PARSERS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar
 
 import pyarrow as pa
@@ -148,7 +148,11 @@ class DynsourceDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.scan_options = ScanOptions.parse(options)
+        self.scan_options = self.parse_options(options)
+
+    def parse_options(self, options: Mapping[str, str]) -> ScanOptions:
+        """The validated options of this source's scans (a registered table's source merges its stored ones)."""
+        return ScanOptions.parse(options)
 
     def schema(self) -> StructType:
         fs, root = files.open_table(self.scan_options.path, self.scan_options.storage_options)

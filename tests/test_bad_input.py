@@ -351,3 +351,16 @@ def test_publishing_to_an_unreachable_store_names_it(spark, dim, unreachable_sto
     for filter_store in unreachable_stores:
         with pytest.raises(store.FilterStoreError, match=rf"Filter store '{filter_store}' cannot be written"):
             dynsource.collect(dim, {"k": "d_key"}, store=filter_store)
+
+
+def test_overriding_options_are_validated_as_parsed_ones():
+    stored = ScanOptions.parse({"path": "/t", "format": "orc", "batchSize": "10"})
+    merged = stored.with_options({"BATCHSIZE": "20", "timezone": "UTC"})
+    assert (merged.path, merged.format, merged.batch_size, merged.time_zone) == ("/t", "orc", 20, "UTC")
+    assert stored.batch_size == 10 and stored.with_options({}) is stored
+    with pytest.raises(ValueError, match=r"Option 'batchSize' = '0' is not valid"):
+        stored.with_options({"batchSize": "0"})
+    with pytest.raises(ValueError, match=r"Unknown option\(s\) \['colour'\].*valid options are"):
+        stored.with_options({"colour": "red"})
+    with pytest.raises(ValueError, match="Option 'path' is required"):
+        stored.with_options({"path": " "})

@@ -122,6 +122,8 @@ def test_register_rejects_a_taken_name_a_query_option_and_a_bad_name(spark, fact
     assert dict(describe(spark, name))["k"] == "bigint"
     with pytest.raises(ValueError, match="'dynamicFilter' belongs to a query"):
         dynsource.register_table(spark, "other", path=path, definitions=definitions, dynamicFilter="x")
+    with pytest.raises(ValueError, match="'dynamicFilter' belongs to a query"):
+        dynsource.register_table(spark, "other", path=path, definitions=definitions, dynamicfilter="x")
     with pytest.raises(ValueError, match=r"is not valid; expected 'table' or 'db\.table'"):
         dynsource.register_table(spark, "a.b.c", path=path, definitions=definitions)
 
@@ -131,6 +133,15 @@ def test_definition_is_json_with_the_options_and_schema(spark, fact, definitions
     document = json.loads((Path(definitions) / f"default.{name}.json").read_text())
     assert document["options"] == {"path": path}
     assert [f["name"] for f in document["schema"]["fields"]] == ["amount", "k"]
+
+
+def test_definition_stores_options_under_their_documented_names(spark, fact, definitions):
+    name, path = fact
+    dynsource.register_table(spark, name, path=path, definitions=definitions, replace=True,
+                             partitioncolumns="k BIGINT", BATCHSIZE=100)
+    document = json.loads((Path(definitions) / f"default.{name}.json").read_text())
+    assert document["options"] == {"path": path, "partitionColumns": "k BIGINT", "batchSize": "100"}
+    assert spark.sql(f"SELECT count(*) FROM {name} WITH ('batchsize' = '7')").first()[0] == 100
 
 
 def test_a_relative_path_is_stored_absolute(spark, tmp_path, definitions, monkeypatch):
