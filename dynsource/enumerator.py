@@ -26,9 +26,74 @@ from dynsource.filtering import DynamicFilteringData
 
 log = logging.getLogger(__name__)
 
-# Decides, for the candidate directories of one level, which to descend into.
-# Arguments: the partition columns known so far and one tuple of raw values per candidate; None keeps them all.
-LevelFilter = Callable[[tuple[str, ...], Sequence[tuple[str, ...]]], Sequence[bool] | None]
+@dataclass(frozen=True)
+class PartitionTyping:
+    """How a walk types directory values: a column's known Spark SQL type, else Spark's inference over its level.
+
+    ``time_zone`` is the zone of timestamp values (None: this process's zone).
+    """
+
+    column_types: Mapping[str, str]
+    time_zone: str | None = None
+
+    def type_level(self, column: str, raw: Sequence[str]) -> tuple[str, pa.Array, pa.Array]:
+        """The type, the typed values (null where Spark cannot convert one), and where that happened."""
+        known = {name.lower(): type_name for name, type_name in self.column_types.items()}
+        type_name = known.get(column.lower()) or partitions.infer_type(raw)
+        typed = partitions.to_arrow(raw, type_name, time_zone=self.time_zone, strict=False)
+        not_null = pc.not_equal(pa.array(raw, pa.string()), partitions.DEFAULT_PARTITION_NAME)
+        return type_name, typed, pc.and_(not_null, pc.is_null(typed))
+
+
+@dataclass(frozen=True)
+class PartitionValues:
+    """The typed values of some partition directories: per partition column its type, values and failures.
+
+    ``failed`` marks values other than the null partition that have no image in
+    their type: Spark ignores such a directory unless it holds files, and then
+    fails the scan.
+    """
+
+    types: tuple[str, ...] = ()
+    arrays: tuple[pa.Array, ...] = ()
+    failed: tuple[pa.Array, ...] = ()
+
+    def take(self, indices: Sequence[int]) -> PartitionValues:
+        chosen = pa.array(indices, pa.int64())
+        return PartitionValues(self.types, tuple(a.take(chosen) for a in self.arrays),
+                               tuple(f.take(chosen) for f in self.failed))
+
+    def filter(self, keep: Sequence[bool]) -> PartitionValues:
+        mask = pa.array(keep, pa.bool_())
+        return PartitionValues(self.types, tuple(a.filter(mask) for a in self.arrays),
+                               tuple(f.filter(mask) for f in self.failed))
+
+    def extend(self, level: tuple[str, pa.Array, pa.Array]) -> PartitionValues:
+        type_name, typed, failed = level
+        return PartitionValues((*self.types, type_name), (*self.arrays, typed), (*self.failed, failed))
+
+
+@dataclass(frozen=True)
+class Level:
+    """The candidate directories of one level of a walk, in order.
+
+    ``columns`` are the partition columns so far (the last one is this level's),
+    ``raw_rows`` each candidate's raw (escaped) values, one per column, and
+    ``values`` their typed values, or None when the walk types nothing.
+    """
+
+    columns: tuple[str, ...]
+    raw_rows: Sequence[tuple[str, ...]]
+    values: PartitionValues | None = None
+
+    def typed(self, column: str) -> tuple[str, pa.Array, pa.Array]:
+        """Column ``column``'s type, typed values and failures (see :class:`PartitionValues`)."""
+        index = self.columns.index(column)
+        return self.values.types[index], self.values.arrays[index], self.values.failed[index]
+
+
+# Decides, for the candidate directories of one level, which to descend into; None keeps them all.
+LevelFilter = Callable[[Level], Sequence[bool] | None]
 
 _LIST_THREADS = 16
 
@@ -56,6 +121,18 @@ class Listing:
     partitions: list[Partition]
     directories_pruned: int = 0
     listed_paths: list[str] = field(default_factory=list)
+    values: PartitionValues | None = None  # the partitions', when the walk typed them
+
+    def typed_rows(self, columns: Sequence[str]) -> list[tuple]:
+        """Each partition's typed values of ``columns``; a value Spark cannot convert raises ``ValueError``."""
+        indexes = [self.columns.index(column) for column in columns]
+        for index in indexes:
+            failed = self.values.failed[index]
+            if pc.any(failed).as_py():
+                raw = self.partitions[pc.index(failed, True).as_py()].raw_values[index]
+                raise partitions.unconvertible(raw, self.values.types[index])
+        typed = [self.values.arrays[index].to_pylist() for index in indexes]
+        return list(zip(*typed, strict=True)) if typed else [()] * len(self.partitions)
 
 
 class PartitionEnumerator:
@@ -65,32 +142,43 @@ class PartitionEnumerator:
         self.fs = fs
         self.root = root.rstrip("/") or "/"
 
-    def enumerate(self, level_filter: LevelFilter | None = None) -> Listing:
-        """List the table's partitions, descending only into directories ``level_filter`` keeps."""
+    def enumerate(self, level_filter: LevelFilter | None = None, typing: PartitionTyping | None = None) -> Listing:
+        """List the table's partitions, descending only into directories ``level_filter`` keeps.
+
+        With ``typing``, each level's values are typed once, as the level is
+        listed, and carried down: the level filter and the listing get them.
+        """
         listing = Listing(columns=(), partitions=[])
         root_info = self._root_info()
         if root_info["type"] != "directory":
             listing.partitions.append(Partition(self.root, (), (DataFile(root_info["name"], root_info["size"]),)))
+            listing.values = PartitionValues() if typing else None
             return listing
         frontier = [(self.root, ())]
+        values = PartitionValues() if typing else None
         with ThreadPoolExecutor(_LIST_THREADS) as pool:
             while frontier:
                 children = list(pool.map(lambda node: self._list(node[0], listing), frontier))
                 if not any(kv for _, _, kv in children):
-                    listing.partitions.extend(self._leaves(frontier, children, pool, listing))
+                    kept = self._leaves(frontier, children, pool, listing)
+                    listing.partitions.extend(partition for _, partition in kept)
+                    values = values.take([index for index, _ in kept]) if values is not None else None
                     break
                 column = self._level_column(frontier, children, listing.columns)
                 listing.columns += (column,)
-                candidates = [
-                    (path, (*values, raw))
-                    for (_, values), (_, _, kv) in zip(frontier, children, strict=True)
-                    for path, _, raw in kv
-                ]
-                keep = level_filter(listing.columns, [v for _, v in candidates]) if level_filter else None
+                parents = [index for index, (_, _, kv) in enumerate(children) for _ in kv]
+                candidates = [(path, (*frontier[index][1], raw)) for index, (_, _, kv) in enumerate(children)
+                              for path, _, raw in kv]
+                if values is not None:
+                    values = values.take(parents).extend(typing.type_level(column, [v[-1] for _, v in candidates]))
+                level = Level(listing.columns, [v for _, v in candidates], values)
+                keep = level_filter(level) if level_filter else None
                 if keep is not None:
                     listing.directories_pruned += sum(1 for k in keep if not k)
                     candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
+                    values = values.filter(keep) if values is not None else None
                 frontier = candidates
+        listing.values = values
         return listing
 
     def _root_info(self) -> dict:
@@ -160,15 +248,15 @@ class PartitionEnumerator:
                 )
         return next(iter(first_path))
 
-    def _leaves(self, frontier, children, pool, listing: Listing) -> list[Partition]:
-        """Partitions for the last level; files in plain sub-directories belong to their partition."""
+    def _leaves(self, frontier, children, pool, listing: Listing) -> list[tuple[int, Partition]]:
+        """Partitions for the last level, with their frontier index; files in plain sub-directories belong to them."""
         leaves = []
-        for (path, values), (files, plain, _) in zip(frontier, children, strict=True):
+        for index, ((path, values), (files, plain, _)) in enumerate(zip(frontier, children, strict=True)):
             found = [DataFile(f["name"], int(f["size"])) for f in files]
             for nested in pool.map(lambda d: self._find(d, listing), plain):
                 found.extend(nested)
             if found:
-                leaves.append(Partition(path, values, tuple(sorted(found, key=lambda f: f.path))))
+                leaves.append((index, Partition(path, values, tuple(sorted(found, key=lambda f: f.path)))))
         return leaves
 
     def _find(self, directory: str, listing: Listing) -> list[DataFile]:
@@ -246,34 +334,28 @@ class DynamicPartitionEnumerator:
 
     def _walk(self, dynamic: bool) -> Listing:
         level_filters = [f for f in (self.static_filter, self._keep if dynamic else None) if f is not None]
-        return self.static.enumerate(_kept_by_all(level_filters) if level_filters else None)
+        typing = PartitionTyping(self.column_types, self.time_zone)
+        return self.static.enumerate(_kept_by_all(level_filters) if level_filters else None, typing)
 
-    def _keep(self, columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
+    def _keep(self, level: Level) -> Sequence[bool] | None:
         if self.fallback_reason is not None:
             return None
         fields = {name.lower() for name in self.data.field_names}
-        filtered = [i for i, column in enumerate(columns) if column.lower() in fields]
-        if not filtered or filtered[-1] != len(columns) - 1:
+        filtered = [column for column in level.columns if column.lower() in fields]
+        if not filtered or filtered[-1] != level.columns[-1]:
             return None  # the new level is not a filter column: it cannot prune more than its parent did
         try:
-            typed = {columns[i]: self._typed(columns[i], [row[i] for row in raw_rows]) for i in filtered}
-            mask = self.data.matching_mask(pa.table({column: values for column, (values, _) in typed.items()}))
+            typed = {column: level.typed(column) for column in filtered}
+            mask = self.data.matching_mask(pa.table({column: values for column, (_, values, _) in typed.items()}))
             # A directory whose value has no image in its column's type (Spark ignores it unless it holds
             # files, and then fails the scan) cannot be judged: it is kept, and the others are still pruned.
-            return functools.reduce(pc.or_, [failed for _, failed in typed.values()], mask).to_pylist()
+            return functools.reduce(pc.or_, [failed for _, _, failed in typed.values()], mask).to_pylist()
         except (TypeError, ValueError) as error:
             if self.on_error == "fail":
                 raise
-            self.fallback_reason = f"cannot apply the dynamic filter to column '{columns[-1]}': {error}"
+            self.fallback_reason = f"cannot apply the dynamic filter to column '{level.columns[-1]}': {error}"
             log.warning("dynsource: %s; reading every partition below this level.", self.fallback_reason)
             return None
-
-    def _typed(self, column: str, raw: list[str]) -> tuple[pa.Array, pa.Array]:
-        """The typed values, and where a value other than the null partition could not be converted."""
-        type_name = self.column_types.get(column) or partitions.infer_type(raw)
-        typed = partitions.to_arrow(raw, type_name, time_zone=self.time_zone, strict=False)
-        raw_values = pa.array(raw, pa.string())
-        return typed, pc.and_(pc.not_equal(raw_values, partitions.DEFAULT_PARTITION_NAME), pc.is_null(typed))
 
     def _unknown_fields(self, listing: Listing) -> str | None:
         """Why the filter names fields the table does not have, or None when it has them all."""
@@ -292,9 +374,9 @@ class DynamicPartitionEnumerator:
 
 
 def _kept_by_all(level_filters: Sequence[LevelFilter]) -> LevelFilter:
-    def keep(columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> Sequence[bool] | None:
+    def keep(level: Level) -> Sequence[bool] | None:
         # Every filter sees every level, even one whose answer cannot matter: each records what it applied.
-        decisions = [d for d in (f(columns, raw_rows) for f in level_filters) if d is not None]
+        decisions = [d for d in (f(level) for f in level_filters) if d is not None]
         if not decisions:
             return None
         return [all(votes) for votes in zip(*decisions, strict=True)]

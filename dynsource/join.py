@@ -13,11 +13,12 @@ import functools
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from dynsource import catalog, collector, files, partitions, report
+from dynsource import catalog, collector, files, report
 from dynsource import store as filter_store
-from dynsource.enumerator import PartitionEnumerator
+from dynsource.enumerator import Level, PartitionEnumerator, PartitionTyping
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 from dynsource.storage import FilterStore
@@ -133,21 +134,23 @@ def _no_benefit(fact: ScanOptions, data: DynamicFilteringData, types: Mapping[st
     """
     if not data.is_filtering:
         return None  # an exceeded filter reads everything anyway, and the scan report says so
-    top_level: dict[str, list[str]] = {}
+    top_level: list[Level] = []
 
-    def record_first_level(columns: tuple[str, ...], values: Sequence[tuple[str, ...]]) -> list[bool]:
-        top_level.setdefault(columns[0], [raw for raw, *_ in values])
-        return [False] * len(values)
+    def record_first_level(level: Level) -> list[bool]:
+        top_level.append(level)
+        return [False] * len(level.raw_rows)
 
-    PartitionEnumerator(*files.open_table(fact.path, fact.storage_options)).enumerate(record_first_level)
-    column, raw = next(iter(top_level.items()), (None, []))
-    if column not in types:
+    enumerator = PartitionEnumerator(*files.open_table(fact.path, fact.storage_options))
+    enumerator.enumerate(record_first_level, PartitionTyping(types))
+    if not top_level or top_level[0].columns[0] not in types:
         return None
-    candidates = pa.table({column: partitions.to_arrow(raw, types[column])})
-    kept = sum(data.matching_mask(candidates).to_pylist())
-    if kept > ratio * len(raw):
+    column = top_level[0].columns[0]
+    _, values, failed = top_level[0].typed(column)
+    # A value with no image in the column's type cannot be judged: it counts as kept.
+    kept = sum(pc.or_(data.matching_mask(pa.table({column: values})), failed).to_pylist())
+    if kept > ratio * len(values):
         return (
-            f"the filter keeps {kept} of {len(raw)} partitions of '{column}' (more than {ratio:.0%}), "
+            f"the filter keeps {kept} of {len(values)} partitions of '{column}' (more than {ratio:.0%}), "
             "so it is not worth applying (fallback_filter_ratio)"
         )
     return None

@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from dynsource import partitions, types
-from dynsource.enumerator import LevelFilter
+from dynsource.enumerator import Level, LevelFilter
 
 OPTION = "partitionFilter"
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
@@ -129,28 +129,25 @@ class PartitionFilter:
             except ValueError as error:
                 raise _error(self.text, f"column '{column}': {error}") from None
 
-    def level_filter(self, column_types: Mapping[str, str], time_zone: str | None) -> LevelFilter:
+    def level_filter(self) -> LevelFilter:
         """An enumerator level filter: keeps the directories of a level for which every decidable conjunct holds.
 
         A conjunct is decided at the level where its last column appears; deeper
         levels inherit the answer, since their parent directories were pruned.
+        The walk must type its values (see ``PartitionTyping``).
         """
-        types_by_name = {name.lower(): type_name for name, type_name in column_types.items()}
 
-        def keep(columns: tuple[str, ...], raw_rows: Sequence[tuple[str, ...]]) -> list[bool] | None:
-            known = {column.lower(): index for index, column in enumerate(columns)}
-            newest = columns[-1].lower()
+        def keep(level: Level) -> list[bool] | None:
+            known = {column.lower(): column for column in level.columns}
+            newest = level.columns[-1].lower()
             due = [c for c in self.conjuncts if newest in _lower(_columns(c)) and _lower(_columns(c)) <= set(known)]
             if not due:
                 return None
-            values = {}
+            values, types_by_name = {}, {}
             for name in set().union(*(_lower(_columns(c)) for c in due)):
-                raw = [row[known[name]] for row in raw_rows]
-                type_name = types_by_name.get(name) or partitions.infer_type(raw)
-                try:
-                    values[name] = partitions.to_arrow(raw, type_name, time_zone=time_zone)
-                except ValueError:
-                    return None  # planning types every kept value again and reports the one that fails
+                types_by_name[name], values[name], failed = level.typed(known[name])
+                if pc.any(failed).as_py():
+                    return None  # planning reports the kept value that fails
             answers = [_evaluate(conjunct, values, types_by_name) for conjunct in due]
             return pc.fill_null(functools.reduce(pc.and_kleene, answers), False).to_pylist()
 
@@ -270,7 +267,7 @@ def _evaluate(predicate: Predicate, values: Mapping[str, pa.Array], column_types
     if isinstance(predicate, Not):
         return pc.invert(_evaluate(predicate.child, values, column_types))
     column = values[predicate.column.lower()]
-    type_name = column_types.get(predicate.column.lower()) or types.type_name(column.type)
+    type_name = column_types[predicate.column.lower()]
     if isinstance(predicate, IsNull):
         return pc.is_null(column)
     if isinstance(predicate, InList):

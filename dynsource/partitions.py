@@ -266,9 +266,14 @@ def _convert(values: pa.Array, conversion: _Conversion, type_name: str, strict: 
     for raw in dict.fromkeys(slow_values):
         parsed[raw] = conversion.parse(raw)
         if parsed[raw] is None and strict:
-            raise ValueError(f"Partition value '{raw}' cannot be converted to type {type_name}.")
+            raise unconvertible(raw, type_name)
     replacements = pa.array([parsed[raw] for raw in slow_values], conversion.parse_type)
     return pc.replace_with_mask(result, slow, replacements)
+
+
+def unconvertible(raw: str, type_name: str) -> ValueError:
+    """The error for a partition value Spark cannot convert to its column's type."""
+    return ValueError(f"Partition value '{raw}' cannot be converted to type {type_name}.")
 
 
 def _conversion(type_name: str, time_zone: str | None) -> _Conversion:

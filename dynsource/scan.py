@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -75,7 +74,7 @@ def plan_scan(
     enumerator = DynamicPartitionEnumerator(
         PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.time_zone,
         on_error=options.dynamic_filter_on_error,
-        static_filter=partition_filter.level_filter(column_types, options.time_zone) if partition_filter else None,
+        static_filter=partition_filter.level_filter() if partition_filter else None,
     )
     waited = time.perf_counter()
     data, unusable = _filter_data(options)
@@ -87,7 +86,7 @@ def plan_scan(
         partition_filter.check_listing(listing.columns, listed_leaves=bool(listing.partitions))
     read_columns = [c for c in listing.columns if c in column_types]
     _check_data_columns(schema, listing, fs, options)
-    values = _typed_values(listing, read_columns, column_types, options.time_zone)
+    values = listing.typed_rows(read_columns)
     scan_id = uuid.uuid4().hex
     row_filter, rows_unusable = None, None
     if enumerator.data is not None:  # None also when the enumerator set the filter aside
@@ -142,15 +141,6 @@ def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: 
             f"Column(s) {missing} of the read schema are neither partition columns {list(listing.columns)} "
             f"nor stored in data file '{first}' (columns {sorted(stored)})."
         )
-
-
-def _typed_values(listing: Listing, columns: Sequence[str], types: dict[str, str], zone: str | None) -> list[tuple]:
-    indexes = [listing.columns.index(c) for c in columns]
-    typed = [
-        partitions.to_arrow([p.raw_values[i] for p in listing.partitions], types[c], time_zone=zone).to_pylist()
-        for i, c in zip(indexes, columns, strict=True)
-    ]
-    return list(zip(*typed, strict=True)) if typed else [()] * len(listing.partitions)
 
 
 def _report(

@@ -7,7 +7,7 @@ import uuid
 import fsspec
 import pytest
 
-from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.enumerator import DynamicPartitionEnumerator, Level, PartitionEnumerator, PartitionTyping
 from dynsource.filtering import DynamicFilteringData
 
 
@@ -45,6 +45,40 @@ def test_unpartitioned_table_and_nested_plain_directories(fs):
     listing = PartitionEnumerator(fs, root).enumerate()
     assert listing.columns == ()
     assert [len(p.files) for p in listing.partitions] == [2]
+
+
+def test_a_typed_walk_types_each_level_once_and_carries_the_values_to_the_leaves(fs):
+    root = make_tree(fs, ["a=1/b=x/c=01/f", "a=1/b=y/c=2/f", "a=2/b=x/c=3/f", "a=3/b=z/c=4/.hidden",
+                          "a=1/b=__HIVE_DEFAULT_PARTITION__/c=5/f"])
+    seen: list[Level] = []
+
+    def keep_a_below_3(level):
+        seen.append(level)
+        if len(level.columns) > 1:
+            return None
+        return [value < 3 for value in level.typed("a")[1].to_pylist()]
+
+    listing = PartitionEnumerator(fs, root).enumerate(keep_a_below_3, PartitionTyping({"c": "bigint"}))
+    assert [level.values.types for level in seen] == [("int",), ("int", "string"), ("int", "string", "bigint")]
+    assert [len(level.raw_rows) for level in seen] == [3, 4, 4]  # a=3 pruned at the first level
+    assert sorted(listing.typed_rows(["a", "b", "c"]), key=str) == [(1, "x", 1), (1, "y", 2), (1, None, 5),
+                                                                    (2, "x", 3)]
+    assert sorted(listing.typed_rows(["c"])) == [(1,), (2,), (3,), (5,)]
+    assert PartitionEnumerator(fs, root).enumerate().values is None  # untyped unless asked
+
+
+def test_a_kept_value_with_no_image_in_its_type_fails_the_listing_a_pruned_one_does_not(fs):
+    root = make_tree(fs, ["k=1/f", "k=x/f"])
+    kept = PartitionEnumerator(fs, root).enumerate(typing=PartitionTyping({"k": "int"}))
+    with pytest.raises(ValueError, match=r"Partition value 'x' cannot be converted to type int\."):
+        kept.typed_rows(["k"])
+    with pytest.raises(ValueError, match=r"Partition value 'x' cannot be converted to type int\."):
+        # The dynamic filter cannot judge 'x' and keeps it; the scan then fails, as Spark's does.
+        dynamic(fs, root, DynamicFilteringData([("k", "int")], [(1,)]), types={"k": "int"}).enumerate().typed_rows(
+            ["k"])
+    pruned = PartitionEnumerator(fs, root).enumerate(
+        lambda level: [raw != ("x",) for raw in level.raw_rows], PartitionTyping({"k": "int"}))
+    assert pruned.typed_rows(["k"]) == [(1,)] and pruned.directories_pruned == 1
 
 
 def test_level_by_level_pruning_never_lists_pruned_directories(fs):

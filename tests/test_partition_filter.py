@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import dynsource
+from dynsource.enumerator import Level, PartitionTyping, PartitionValues
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.source import DynsourceDataSource, DynsourceReader
 from tests.helpers import PUSHDOWN_CONF, read, rows
@@ -163,11 +164,20 @@ def test_parsed_predicate_is_plain_data():
     parsed = PartitionFilter.parse("a BETWEEN 1 AND 2 AND (b = 'x' OR b IS NULL) AND NOT c IN (1, -2)")
     assert len(parsed.conjuncts) == 3
     assert parsed.columns() == {"a", "b", "c"}
-    keep = parsed.level_filter({"a": "int", "b": "string", "c": "bigint"}, None)
+    filter_level = parsed.level_filter()
+    typing = PartitionTyping({"a": "int", "b": "string", "c": "bigint"})
+
+    def keep(columns, raw_rows):
+        values = PartitionValues()
+        for index, column in enumerate(columns):
+            values = values.extend(typing.type_level(column, [row[index] for row in raw_rows]))
+        return filter_level(Level(columns, raw_rows, values))
+
     assert keep(("a",), [("1",), ("3",), ("__HIVE_DEFAULT_PARTITION__",)]) == [True, False, False]
     assert keep(("a", "b"), [("1", "x"), ("1", "y"), ("1", "__HIVE_DEFAULT_PARTITION__")]) == [True, False, True]
     assert keep(("a", "b", "c"), [("1", "x", "-2"), ("1", "x", "5"), ("1", "x", "__HIVE_DEFAULT_PARTITION__")]) == [
         False, True, False]
+    assert keep(("a",), [("1",), ("x",)]) is None  # a value with no image in its type: the level is not pruned
 
 
 # WHERE clauses: Spark evaluates them, with its pushdown to Python sources off or on.
