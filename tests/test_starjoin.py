@@ -1,0 +1,150 @@
+"""Star-join detection on parsed Spark SQL (no Spark): what is paired, what is refused and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynsource.starjoin import TableInfo, detect
+
+TABLES = {
+    "default.store_sales": TableInfo({"ss_sold_date_sk": "bigint", "ss_store_sk": "int", "ss_item_sk": "bigint",
+                                      "ss_sales_price": "double"}, dynsource=True),
+    "default.date_dim": TableInfo({"d_date_sk": "bigint", "d_year": "int", "d_moy": "int"}),
+    "default.store": TableInfo({"s_store_sk": "int", "s_state": "string"}),
+    "default.item": TableInfo({"i_item_sk": "bigint", "i_category": "string"}),
+    "sales.returns": TableInfo({"r_date_sk": "bigint", "r_store_sk": "int"}, dynsource=True),
+}
+
+
+def pairs(query: str) -> list[str]:
+    return sorted(str(pruning) for pruning in detect(query, TABLES).prunings)
+
+
+def reasons(query: str) -> list[str]:
+    return [refusal.reason for refusal in detect(query, TABLES).refusals]
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT d_moy FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000",
+    "SELECT d_moy FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk AND d_year = 2000",
+    "SELECT d_moy FROM date_dim INNER JOIN store_sales ON d_date_sk = ss_sold_date_sk AND d_year = 2000",
+    "SELECT d_moy FROM date_dim LEFT JOIN store_sales ON d_date_sk = ss_sold_date_sk WHERE d_year = 2000",
+    "SELECT * FROM store_sales RIGHT JOIN date_dim ON d_date_sk = ss_sold_date_sk WHERE d_year = 2000",
+    "SELECT * FROM store_sales LEFT SEMI JOIN date_dim ON d_date_sk = ss_sold_date_sk AND d_year = 2000",
+])
+def test_a_fact_joined_to_a_filtered_dimension_is_paired_where_pruning_is_sound(query):
+    assert pairs(query) == [
+        "default.store_sales (store_sales.ss_sold_date_sk) <- default.date_dim (date_dim.d_date_sk)"]
+
+
+@pytest.mark.parametrize(("query", "reason"), [
+    ("SELECT * FROM store_sales LEFT JOIN date_dim ON ss_sold_date_sk = d_date_sk AND d_year = 2000",
+     "the fact side is preserved by the LEFT JOIN"),
+    ("SELECT * FROM date_dim RIGHT JOIN store_sales ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000",
+     "the fact side is preserved by the RIGHT JOIN"),
+    ("SELECT * FROM store_sales FULL JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000",
+     "a FULL join keeps fact rows without a match"),
+    ("SELECT * FROM store_sales LEFT ANTI JOIN date_dim ON ss_sold_date_sk = d_date_sk AND d_year = 2000",
+     "a LEFT ANTI join keeps fact rows without a match"),
+    ("SELECT * FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_date_sk IS NOT NULL",
+     "dimension 'date_dim' has no selective predicate"),
+    ("SELECT * FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk",
+     "dimension 'date_dim' has no selective predicate"),
+    ("SELECT * FROM store_sales JOIN store ON CAST(ss_item_sk AS INT) = s_store_sk WHERE s_state = 'TN'",
+     "the fact key CAST(store_sales.ss_item_sk AS INT) is not a column or a widening cast of one"),
+    ("SELECT * FROM store_sales JOIN store ON ss_store_sk + 1 = s_store_sk WHERE s_state = 'TN'",
+     "is not a column or a widening cast of one"),
+    ("SELECT * FROM date_dim LEFT JOIN store_sales ON ss_sold_date_sk <=> d_date_sk WHERE d_year = 2000",
+     "<=> with a side an outer join null-extends is not pruned"),
+])
+def test_unsound_or_unprofitable_joins_are_refused_with_a_reason(query, reason):
+    assert pairs(query) == []
+    assert any(reason in said for said in reasons(query)), reasons(query)
+
+
+def test_a_star_prunes_one_fact_by_each_dimension_and_reports_their_queries():
+    found = detect("""
+        SELECT s_state, d_moy, sum(ss_sales_price) FROM store_sales ss
+        JOIN date_dim d ON ss.ss_sold_date_sk = d.d_date_sk
+        JOIN store s ON ss.ss_store_sk = s.s_store_sk
+        WHERE d.d_year = 2000 AND s.s_state IN ('TN', 'CA') GROUP BY s_state, d_moy""", TABLES)
+    assert sorted(str(p) for p in found.prunings) == [
+        "default.store_sales (ss.ss_sold_date_sk) <- default.date_dim (d.d_date_sk)",
+        "default.store_sales (ss.ss_store_sk) <- default.store (s.s_store_sk)",
+    ]
+    by_dimension = {p.dimension: p.dimension_sql for p in found.prunings}
+    assert by_dimension["default.date_dim"] == (
+        "SELECT d.d_date_sk AS k0 FROM default.date_dim AS d WHERE d.d_year = 2000")
+    assert by_dimension["default.store"] == (
+        "SELECT s.s_store_sk AS k0 FROM default.store AS s WHERE s.s_state IN ('TN', 'CA')")
+
+
+def test_the_fact_reference_span_is_the_name_as_written():
+    query = "SELECT * FROM  default.store_sales  AS f, date_dim WHERE f.ss_sold_date_sk = d_date_sk AND d_moy = 1"
+    (pruning,) = detect(query, TABLES).prunings
+    assert query[pruning.fact.start:pruning.fact.end] == "default.store_sales"
+    assert (pruning.fact.table, pruning.fact.alias) == ("default.store_sales", "f")
+
+
+def test_equalities_between_one_fact_and_one_dimension_make_one_multi_column_key():
+    (pruning,) = detect("SELECT * FROM returns r JOIN store_sales ON r_date_sk = ss_sold_date_sk "
+                        "AND r_store_sk = ss_store_sk WHERE r_store_sk = 3", {**TABLES, "default.returns":
+                                                                              TableInfo(TABLES["sales.returns"].columns)}
+                        ).prunings
+    assert pruning.fact_columns == ("ss_sold_date_sk", "ss_store_sk")
+    assert pruning.dimension_sql == ("SELECT r.r_date_sk AS k0, r.r_store_sk AS k1 FROM default.returns AS r "
+                                     "WHERE r.r_store_sk = 3")
+
+
+def test_in_subqueries_ctes_and_derived_tables_are_dimensions():
+    found = pairs("""
+        WITH d AS (SELECT d_date_sk FROM date_dim WHERE d_year = 2000)
+        SELECT * FROM store_sales, d, (SELECT s_store_sk FROM store WHERE s_state = 'TN') s
+        WHERE ss_sold_date_sk = d.d_date_sk AND ss_store_sk = s.s_store_sk
+          AND ss_item_sk IN (SELECT i_item_sk FROM item WHERE i_category = 'Books')""")
+    assert found == [
+        "default.store_sales (store_sales.ss_item_sk) <- (subquery) (item.i_item_sk)",
+        "default.store_sales (store_sales.ss_sold_date_sk) <- d (d.d_date_sk)",
+        "default.store_sales (store_sales.ss_store_sk) <- s (s.s_store_sk)",
+    ]
+    in_list = detect("SELECT * FROM store_sales WHERE ss_item_sk IN (SELECT i_item_sk FROM item WHERE "
+                     "i_category = 'x') AND ss_store_sk = 1", TABLES).prunings[0]
+    assert in_list.dimension_sql == ("SELECT _d.i_item_sk AS k0 FROM (SELECT item.i_item_sk AS i_item_sk FROM "
+                                     "default.item AS item WHERE item.i_category = 'x') AS _d")
+
+
+def test_a_cte_dimension_query_carries_the_statement_ctes():
+    (pruning,) = detect("WITH d AS (SELECT * FROM date_dim WHERE d_year = 2000) "
+                        "SELECT * FROM store_sales JOIN d ON ss_sold_date_sk = d.d_date_sk", TABLES).prunings
+    assert pruning.dimension_sql.startswith("WITH d AS (SELECT ")
+    assert pruning.dimension_sql.endswith("SELECT d.d_date_sk AS k0 FROM d AS d")
+
+
+def test_a_widening_cast_of_the_fact_key_and_null_safe_equality_of_inner_joins_are_kept():
+    (widened,) = detect("SELECT * FROM store_sales JOIN store ON CAST(ss_store_sk AS BIGINT) = s_store_sk "
+                        "WHERE s_state = 'TN'", TABLES).prunings
+    assert widened.fact_columns == ("ss_store_sk",) and not widened.null_safe
+    (null_safe,) = detect("SELECT * FROM store_sales JOIN store ON ss_store_sk <=> s_store_sk "
+                          "WHERE s_state = 'TN'", TABLES).prunings
+    assert null_safe.null_safe
+
+
+def test_self_joins_and_two_facts_are_each_their_own_scan():
+    assert pairs("SELECT * FROM store_sales a JOIN store_sales b ON a.ss_item_sk = b.ss_item_sk "
+                 "WHERE b.ss_store_sk = 3") == [
+        "default.store_sales (a.ss_item_sk) <- default.store_sales (b.ss_item_sk)"]
+    assert pairs("SELECT * FROM sales.returns, store_sales, date_dim WHERE r_date_sk = d_date_sk "
+                 "AND ss_sold_date_sk = d_date_sk AND d_moy = 2") == [
+        "default.store_sales (store_sales.ss_sold_date_sk) <- default.date_dim (date_dim.d_date_sk)",
+        "sales.returns (returns.r_date_sk) <- default.date_dim (date_dim.d_date_sk)",
+    ]
+
+
+def test_correlated_subqueries_and_unparsable_text_are_refused_not_raised():
+    assert pairs("SELECT * FROM store_sales WHERE ss_item_sk IN (SELECT i_item_sk FROM item "
+                 "WHERE i_category = store_sales.ss_sales_price)") == []
+    said = reasons("SELECT * FROM store_sales WHERE ss_item_sk IN (SELECT i_item_sk FROM item "
+                   "WHERE i_category = store_sales.ss_sales_price)")
+    assert any("correlated" in reason for reason in said)
+    assert reasons("SELEC nothing FROM")[0].startswith("the query could not be analysed")
+    assert detect("SELECT * FROM date_dim JOIN store ON d_moy = s_store_sk WHERE d_year = 1", TABLES).prunings == ()
