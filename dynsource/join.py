@@ -12,14 +12,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from dynsource import catalog, collector, files, report
+from dynsource import benefit, catalog, collector, report
 from dynsource import store as filter_store
-from dynsource.enumerator import Level, PartitionEnumerator, PartitionTyping
-from dynsource.filtering import DynamicFilteringData
+from dynsource.benefit import DEFAULT_FALLBACK_FILTER_RATIO
 from dynsource.options import ScanOptions
 from dynsource.storage import FilterStore
 
@@ -33,7 +30,6 @@ _JOIN_TYPES = {
     "anti": "left_anti", "leftanti": "left_anti", "left_anti": "left_anti",
 }
 _PRUNING = ("inner", "left_semi", "right")
-DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
 
 
 def dynamic_join(
@@ -101,7 +97,7 @@ def dynamic_join(
         store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
         data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
         handle = filter_store.publish(data, store)
-        reason = _no_benefit(fact_options, data, types, fallback_filter_ratio)
+        reason = benefit.no_benefit(data, benefit.top_level(fact_options, types), fallback_filter_ratio)
         if reason is None:
             filtered = {**base_options, "dynamicFilter": handle, "filterStore": store.url,
                         **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
@@ -123,34 +119,3 @@ def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFram
 
 def _is_path(fact: str) -> bool:
     return "/" in fact or "://" in fact or "\\" in fact
-
-
-def _no_benefit(fact: ScanOptions, data: DynamicFilteringData, types: Mapping[str, str], ratio: float) -> str | None:
-    """Why filtering would not pay, judged on the top-level partitions of the fact table; None when it does.
-
-    One listing of the table's root is all it costs (the enumerator's, with its
-    checks, told to descend nowhere); a filter that does not constrain the first
-    partition column is assumed to pay.
-    """
-    if not data.is_filtering:
-        return None  # an exceeded filter reads everything anyway, and the scan report says so
-    top_level: list[Level] = []
-
-    def record_first_level(level: Level) -> list[bool]:
-        top_level.append(level)
-        return [False] * len(level.raw_rows)
-
-    enumerator = PartitionEnumerator(*files.open_table(fact.path, fact.storage_options))
-    enumerator.enumerate(record_first_level, PartitionTyping(types))
-    if not top_level or top_level[0].columns[0] not in types:
-        return None
-    column = top_level[0].columns[0]
-    _, values, failed = top_level[0].typed(column)
-    # A value with no image in the column's type cannot be judged: it counts as kept.
-    kept = sum(pc.or_(data.matching_mask(pa.table({column: values})), failed).to_pylist())
-    if kept > ratio * len(values):
-        return (
-            f"the filter keeps {kept} of {len(values)} partitions of '{column}' (more than {ratio:.0%}), "
-            "so it is not worth applying (fallback_filter_ratio)"
-        )
-    return None

@@ -109,6 +109,68 @@ class _Join:
 _joins: weakref.WeakKeyDictionary[DataFrame, _Join] = weakref.WeakKeyDictionary()
 
 
+@dataclass(frozen=True)
+class Assignment:
+    """One fact scan of a :func:`dynsource.sql` query: the dynamic filter wired to it, or why none was."""
+
+    scan: str  # the table and its alias, e.g. 'default.store_sales AS ss'
+    filter: str | None = None  # e.g. 'default.store_sales (ss.ss_sold_date_sk) <- default.date_dim (d.d_date_sk)'
+    handle: str | None = None
+    payload_kind: str | None = None
+    keys: int | None = None
+    collection_ms: float | None = None
+    reason: str | None = None  # why the scan is not pruned (None when it is)
+
+
+@dataclass(frozen=True)
+class QueryReport:
+    """What :func:`dynsource.sql` did for a query (Trino's EXPLAIN ANALYZE as the model).
+
+    ``assignments`` has one entry per fact scan it could prune; ``notes`` says
+    why other joins were not pruned. :meth:`scans` gives each pruned scan's
+    :class:`ScanReport` once a query ran (None before).
+    """
+
+    assignments: tuple[Assignment, ...]
+    notes: tuple[str, ...]
+    store: FilterStore | None = None
+
+    def scans(self) -> list[ScanReport | None]:
+        return [None if a.handle is None else _ran_report(a.handle, self.store) for a in self.assignments]
+
+    def __str__(self) -> str:
+        lines = []
+        for assignment, scan in zip(self.assignments, self.scans(), strict=True):
+            if assignment.handle is None:
+                lines.append(f"{assignment.scan}: not pruned ({assignment.reason})")
+                continue
+            lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys, "
+                         f"collected in {assignment.collection_ms} ms")
+            if scan is None:
+                lines.append("  (no scan yet: run an action on the DataFrame first)")
+            else:
+                lines.append(f"  partitions kept/total: {scan.partitions_kept}/{scan.partitions_total}, files "
+                             f"{scan.files_kept}, bytes {scan.bytes_kept}"
+                             + (f"; fallback: {scan.fallback_reason}" if scan.fallback_reason else ""))
+        lines += [f"not pruned: {note}" for note in self.notes]
+        return "\n".join(lines) or "no dynamic filtering"
+
+
+_queries: weakref.WeakKeyDictionary[DataFrame, QueryReport] = weakref.WeakKeyDictionary()
+
+
+def record_query(df: DataFrame, query_report: QueryReport) -> None:
+    """Remember what :func:`dynsource.sql` did for ``df``."""
+    _queries[df] = query_report
+
+
+def _ran_report(handle: str, location: FilterStore | None) -> ScanReport | None:
+    try:
+        return _handle_report(handle, location or FilterStore.of(None))
+    except LookupError:
+        return None
+
+
 def record_join(
     df: DataFrame, *, fact: str, handle: str | None, reason: str | None, store: FilterStore | None
 ) -> None:
@@ -118,16 +180,20 @@ def record_join(
 
 def scan_report(
     target: str | DataFrame, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
-) -> ScanReport:
-    """The report of the last scan that used a handle, or of a DataFrame made by ``dynamic_join``.
+) -> ScanReport | QueryReport:
+    """The report of the last scan that used a handle, of a DataFrame made by ``dynamic_join``,
+    or (a :class:`QueryReport`) of one made by ``dynsource.sql``.
 
     ``storage_options`` are the fsspec options of the filter store ``store_url``.
     Raises ``LookupError`` when no scan has used the handle yet (run a query first).
     """
     if isinstance(target, DataFrame):
+        if target in _queries:
+            return _queries[target]
         join = _joins.get(target)
         if join is None:
-            raise ValueError("scan_report() takes a filter handle or a DataFrame returned by dynsource.dynamic_join().")
+            raise ValueError("scan_report() takes a filter handle or a DataFrame returned by dynsource.dynamic_join() "
+                             "or dynsource.sql().")
         if join.handle is None:
             return ScanReport(handle=None, path=join.fact, payload_kind=None, keys=None, payload_bytes=None,
                               filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,

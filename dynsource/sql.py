@@ -32,7 +32,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import catalog
+from dynsource import autodpp, catalog, report
 
 VIEW_PREFIX = "__dynsource_ref_"
 # Where a table reference starts: a table name follows these tokens.
@@ -86,7 +86,13 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     >>> dynsource.drop_table(spark, "kv")
     """
     references = [reference for reference in table_options(query) if _read(spark, reference)]
-    return spark.sql(rewrite(query, references), args, **kwargs)
+    text = rewrite(query, references)
+    if args or kwargs:  # the dimension queries would lose the parameters' values
+        return spark.sql(text, args, **kwargs)
+    plan = autodpp.plan(spark, text)
+    df = spark.sql(plan.rewritten)
+    report.record_query(df, plan.report)
+    return df
 
 
 def _read(spark: SparkSession, reference: TableOptions) -> bool:

@@ -58,6 +58,7 @@ class FactScan:
     alias: str
     start: int
     end: int  # exclusive
+    written_alias: bool  # whether the text gives the alias (else it is the table's name)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
     """
     try:
         parsed = sqlglot.parse_one(query, read="spark")
+        aliased = {_start(table) for table in parsed.find_all(exp.Table) if table.alias}
         schema: dict[str, dict[str, dict[str, str]]] = {}
         for name, info in tables.items():
             db, _, table = name.rpartition(".")
@@ -128,8 +130,18 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
     refusals: list[Refusal] = []
     for scope in traverse_scope(qualified):
         if isinstance(scope.expression, exp.Select):
-            _Select(scope, tables, ctes, prunings, refusals).detect()
+            _Select(scope, tables, ctes, aliased, prunings, refusals).detect()
     return Detection(tuple(_distinct(prunings)), tuple(refusals))
+
+
+def table_names(query: str) -> list[str]:
+    """The lower-case names of the tables ``query`` reads, as written (CTE names left out); [] if it does not parse."""
+    try:
+        parsed = sqlglot.parse_one(query, read="spark")
+    except SqlglotError:
+        return []
+    ctes = {cte.alias_or_name.lower() for cte in parsed.find_all(exp.CTE)}
+    return sorted({_table_name(table) for table in parsed.find_all(exp.Table)} - ctes)
 
 
 class _Equality(NamedTuple):
@@ -146,9 +158,10 @@ class _Equality(NamedTuple):
 class _Select:
     """Detection in one SELECT: its sources, join sides and conjuncts."""
 
-    def __init__(self, scope: Scope, tables: Mapping[str, TableInfo], ctes: exp.With | None,
+    def __init__(self, scope: Scope, tables: Mapping[str, TableInfo], ctes: exp.With | None, aliased: set[int],
                  prunings: list[Pruning], refusals: list[Refusal]) -> None:
         self.scope = scope
+        self.aliased = aliased
         self.select: exp.Select = scope.expression
         self.tables = tables
         self.ctes = ctes
@@ -186,7 +199,8 @@ class _Select:
         info = self.tables.get(_table_name(node))
         if info is None or not info.dynsource:
             return None
-        return FactScan(_table_name(node), alias, _start(node), node.this.meta["end"] + 1)
+        start = _start(node)
+        return FactScan(_table_name(node), alias, start, node.this.meta["end"] + 1, start in self.aliased)
 
     def _equalities(self, conjunct: exp.Expression, facts: dict[str, FactScan], on: exp.Join | None) -> list[_Equality]:
         """The sound fact-dimension equalities of one conjunct; the unsound ones are refused."""
@@ -286,7 +300,7 @@ class _Select:
     def _with_ctes(self, query: exp.Select) -> str:
         if self.ctes is not None:
             query.set("with_", self.ctes.copy())
-        return query.sql("spark")
+        return _as_written(query).sql("spark")
 
     def _null_supplied(self) -> set[str]:
         """Aliases whose rows an outer join of this SELECT may null-extend."""
@@ -339,6 +353,19 @@ def _correlated(subquery: exp.Expression, outer: Scope) -> bool:
     inner_sources = {table.alias_or_name for table in subquery.find_all(exp.Table)}
     return any(column.table and column.table not in inner_sources and column.table in outer.sources
                for column in subquery.find_all(exp.Column))
+
+
+def _as_written(query: exp.Expression) -> exp.Expression:
+    """``query`` with the database and catalog qualify() added to table names taken out again.
+
+    Spark resolves an unqualified name to a temporary view first; ``default.name`` never does.
+    """
+    for table in query.find_all(exp.Table):
+        for part in ("db", "catalog"):
+            identifier = table.args.get(part)
+            if identifier is not None and "start" not in identifier.meta:
+                table.set(part, None)
+    return query
 
 
 def _table_name(table: exp.Table) -> str:

@@ -74,9 +74,9 @@ def test_a_star_prunes_one_fact_by_each_dimension_and_reports_their_queries():
     ]
     by_dimension = {p.dimension: p.dimension_sql for p in found.prunings}
     assert by_dimension["default.date_dim"] == (
-        "SELECT d.d_date_sk AS k0 FROM default.date_dim AS d WHERE d.d_year = 2000")
+        "SELECT d.d_date_sk AS k0 FROM date_dim AS d WHERE d.d_year = 2000")
     assert by_dimension["default.store"] == (
-        "SELECT s.s_store_sk AS k0 FROM default.store AS s WHERE s.s_state IN ('TN', 'CA')")
+        "SELECT s.s_store_sk AS k0 FROM store AS s WHERE s.s_state IN ('TN', 'CA')")
 
 
 def test_the_fact_reference_span_is_the_name_as_written():
@@ -92,7 +92,7 @@ def test_equalities_between_one_fact_and_one_dimension_make_one_multi_column_key
                                                                               TableInfo(TABLES["sales.returns"].columns)}
                         ).prunings
     assert pruning.fact_columns == ("ss_sold_date_sk", "ss_store_sk")
-    assert pruning.dimension_sql == ("SELECT r.r_date_sk AS k0, r.r_store_sk AS k1 FROM default.returns AS r "
+    assert pruning.dimension_sql == ("SELECT r.r_date_sk AS k0, r.r_store_sk AS k1 FROM returns AS r "
                                      "WHERE r.r_store_sk = 3")
 
 
@@ -110,7 +110,7 @@ def test_in_subqueries_ctes_and_derived_tables_are_dimensions():
     in_list = detect("SELECT * FROM store_sales WHERE ss_item_sk IN (SELECT i_item_sk FROM item WHERE "
                      "i_category = 'x') AND ss_store_sk = 1", TABLES).prunings[0]
     assert in_list.dimension_sql == ("SELECT _d.i_item_sk AS k0 FROM (SELECT item.i_item_sk AS i_item_sk FROM "
-                                     "default.item AS item WHERE item.i_category = 'x') AS _d")
+                                     "item AS item WHERE item.i_category = 'x') AS _d")
 
 
 def test_a_cte_dimension_query_carries_the_statement_ctes():

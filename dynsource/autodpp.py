@@ -1,0 +1,148 @@
+"""Automatic dynamic partition pruning for :func:`dynsource.sql`: detect, collect, wire, report.
+
+:mod:`dynsource.starjoin` finds the fact scans that dimension keys can prune.
+For each fact scan this module runs the dimension query through the collector,
+keeps the filter when Spark's benefit check passes (the keys keep at most
+``fallback_filter_ratio`` of the fact's top-level partitions), publishes it, and
+puts in the fact reference's place a temporary view that reads the table through
+its own source with the filter's handle and only the columns the query uses.
+The rewritten query then runs in Spark as usual.
+
+A reader takes one dynamic filter, so a fact scan joined to several filtered
+dimensions gets the first filter (in the query's order, those on partition
+columns first) that passes the benefit check; the report says so of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from dynsource import benefit, catalog, collector, starjoin
+from dynsource import store as filter_store
+from dynsource.report import Assignment, QueryReport
+from dynsource.storage import FilterStore
+
+log = logging.getLogger(__name__)
+
+VIEW_PREFIX = "__dynsource_dpp_"
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` decided for a query: the rewritten text and each fact scan's assignment."""
+
+    query: str
+    rewritten: str
+    assignments: list[Assignment] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
+    store: FilterStore | None = None
+
+    @property
+    def report(self) -> QueryReport:
+        return QueryReport(tuple(self.assignments), tuple(self.notes), self.store)
+
+
+def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
+         fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO) -> Plan:
+    """Detect the prunable fact scans of ``query``, collect and publish their filters, and rewrite the query.
+
+    Runs the dimension queries (Spark jobs), not the query itself. Creates a
+    temporary view per pruned fact scan, named after its table, handle and columns.
+    """
+    store = store or FilterStore.of(None)
+    tables = _table_infos(spark, query)
+    detection = starjoin.detect(query, tables, spark.catalog.currentDatabase())
+    result = Plan(query, query, store=store, notes=[r.reason if r.fact is None else
+                                                   f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals])
+    by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {}
+    for pruning in detection.prunings:
+        by_scan.setdefault(pruning.fact, []).append(pruning)
+    replacements = []
+    for scan, prunings in by_scan.items():
+        assignment, notes = _assign(spark, scan, prunings, tables, store, fallback_filter_ratio)
+        result.assignments.append(assignment)
+        result.notes += notes
+        if assignment.handle is not None:
+            replacements.append((scan, _view(spark, scan, assignment.handle, store)))
+    if not detection.prunings and not result.notes:
+        result.notes.append("no join of a dynsource table with a filtered dimension was found")
+    result.rewritten = _rewrite(query, replacements)
+    return result
+
+
+def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
+            tables: Mapping[str, starjoin.TableInfo], store: FilterStore, ratio: float) -> tuple[Assignment, list[str]]:
+    """The first pruning of ``scan`` worth applying (those on its first partition column tried first), and notes."""
+    columns = tables[scan.table].columns
+    options = catalog.load_definition(spark, scan.table).scan_options
+    level = benefit.top_level(options, columns)
+    first = level.columns[0].lower() if level is not None else None
+    ordered = sorted(prunings, key=lambda p: first not in {c.lower() for c in p.fact_columns})
+    notes = []
+    for index, pruning in enumerate(ordered):
+        started = time.perf_counter()
+        types = {column: columns[column] for column in pruning.fact_columns}
+        keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
+        try:
+            data = collector.collect_data(spark.sql(pruning.dimension_sql), keys, types=types,
+                                          null_safe=pruning.null_safe)
+        except Exception as error:  # never worse than spark.sql: the query runs unpruned
+            log.warning("dynsource: the dimension query of %s failed, not pruning with it: %s", pruning, error)
+            notes.append(f"{pruning}: its dimension query failed: {error}")
+            continue
+        collection_ms = round((time.perf_counter() - started) * 1000, 1)
+        reason = benefit.no_benefit(data, level, ratio)
+        if reason is not None:
+            notes.append(f"{pruning}: {reason}")
+            continue
+        handle = filter_store.publish(data, store)
+        notes += [f"{other}: not applied, a scan takes one dynamic filter" for other in ordered[index + 1:]]
+        return Assignment(_scan_name(scan), str(pruning), handle, data.kind, len(data), collection_ms), notes
+    return Assignment(_scan_name(scan), reason="; ".join(notes)), []
+
+
+def _table_infos(spark: SparkSession, query: str) -> dict[str, starjoin.TableInfo]:
+    """What the query's table names are: registered dynsource tables, or Spark's tables and views."""
+    infos = {}
+    for name in starjoin.table_names(query):
+        qualified = name if "." in name else f"{spark.catalog.currentDatabase()}.{name}"
+        try:
+            definition = catalog.load_definition(spark, qualified)
+            schema, dynsource = definition.schema, True
+        except ValueError:  # not a registered dynsource table
+            try:
+                schema, dynsource = spark.table(name).schema, False
+            except AnalysisException:
+                continue  # a CTE name, or a table Spark will report as missing
+        infos[qualified.lower()] = starjoin.TableInfo(
+            {f.name: f.dataType.simpleString() for f in schema.fields}, dynsource)
+    return infos
+
+
+def _view(spark: SparkSession, scan: starjoin.FactScan, handle: str, store: FilterStore) -> str:
+    options = {"dynamicFilter": handle, "filterStore": store.url,
+               **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
+    view = VIEW_PREFIX + hashlib.sha256(f"{scan.table}|{handle}".encode()).hexdigest()[:20]
+    catalog.read_table(spark, scan.table, options).createOrReplaceTempView(view)
+    return view
+
+
+def _rewrite(query: str, replacements: list[tuple[starjoin.FactScan, str]]) -> str:
+    """``query`` with each pruned fact reference's name replaced by its view, keeping the alias columns use."""
+    pieces, position = [], 0
+    for scan, view in sorted(replacements, key=lambda item: item[0].start):
+        alias = "" if scan.written_alias else f" AS {scan.alias}"
+        pieces += [query[position:scan.start], view + alias]
+        position = scan.end
+    return "".join([*pieces, query[position:]])
+
+
+def _scan_name(scan: starjoin.FactScan) -> str:
+    return f"{scan.table} AS {scan.alias}"

@@ -1,0 +1,167 @@
+"""Automatic dynamic partition pruning in dynsource.sql, on a TPC-DS-shaped star schema.
+
+Every query's rows equal ``spark.sql`` on the same files read natively. Pruning
+is proven by damage: in the pruned copy of the fact table, the files of every
+partition outside the year 2000 are overwritten with bytes that are not Parquet,
+so a query that read one of them would fail.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dynsource
+from dynsource.report import QueryReport
+
+DAYS = 60
+YEAR_2000 = range(20)  # d_date_sk of the year 2000; 20..59 are 2001
+ROWS = 3000
+
+
+def write_star(root: Path) -> None:
+    sales = pa.table({
+        "ss_sold_date_sk": [i % DAYS for i in range(ROWS)],
+        "ss_item_sk": [i % 13 for i in range(ROWS)],
+        "ss_store_sk": [i % 7 for i in range(ROWS)],
+        "ss_customer_sk": [None if i % 11 == 0 else i % 17 for i in range(ROWS)],
+        "ss_sales_price": [float(i % 100) for i in range(ROWS)],
+    })
+    pq.write_to_dataset(sales, root / "store_sales", partition_cols=["ss_sold_date_sk"])
+    pq.write_table(pa.table({
+        "d_date_sk": list(range(DAYS)),
+        "d_year": [2000 if day in YEAR_2000 else 2001 for day in range(DAYS)],
+        "d_moy": [day % 12 + 1 for day in range(DAYS)],
+    }), root / "date_dim.parquet")
+    pq.write_table(pa.table({
+        "i_item_sk": list(range(13)), "i_brand_id": [i % 4 for i in range(13)],
+        "i_brand": [f"brand{i % 4}" for i in range(13)],
+        "i_category": [["Books", "Music", "Home"][i % 3] for i in range(13)],
+        "i_manager_id": [i % 5 for i in range(13)],
+    }), root / "item.parquet")
+    pq.write_table(pa.table({"s_store_sk": list(range(7)), "s_state": ["TN", "CA", "TN", "NY", "CA", "TN", "WA"]}),
+                   root / "store.parquet")
+
+
+@pytest.fixture(scope="module")
+def star(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("star")
+    write_star(root)
+    for dimension in ("date_dim", "item", "store"):
+        spark.read.parquet(str(root / f"{dimension}.parquet")).createOrReplaceTempView(dimension)
+    spark.read.parquet(str(root / "store_sales")).createOrReplaceTempView("store_sales_native")
+    shutil.copytree(root / "store_sales", root / "store_sales_pruned")
+    for day in range(DAYS):
+        if day not in YEAR_2000:
+            for file in (root / "store_sales_pruned" / f"ss_sold_date_sk={day}").iterdir():
+                file.write_bytes(b"not parquet: a pruned partition must never be opened")
+    definitions = str(root / "definitions")
+    dynsource.register_table(spark, "store_sales", path=str(root / "store_sales_pruned"), definitions=definitions,
+                             replace=True)
+    dynsource.register_table(spark, "store_sales_all", path=str(root / "store_sales"), definitions=definitions,
+                             replace=True)
+    yield spark
+    for table in ("store_sales", "store_sales_all"):
+        dynsource.drop_table(spark, table, definitions=definitions)
+
+
+def run(spark, query: str, fact: str = "store_sales") -> tuple[list, QueryReport]:
+    expected = sorted(spark.sql(query.format(fact="store_sales_native")).collect(), key=repr)
+    df = dynsource.sql(spark, query.format(fact=fact))
+    rows = sorted(df.collect(), key=repr)
+    assert rows == expected
+    assert sorted(df.collect(), key=repr) == expected  # the same DataFrame, a second action
+    return rows, dynsource.scan_report(df)
+
+
+PRUNED = {
+    "q3": """SELECT dt.d_year, item.i_brand_id brand_id, item.i_brand brand, SUM(ss_sales_price) sum_agg
+             FROM date_dim dt, {fact}, item
+             WHERE dt.d_date_sk = {fact}.ss_sold_date_sk AND {fact}.ss_item_sk = item.i_item_sk
+               AND item.i_manager_id = 1 AND dt.d_year = 2000
+             GROUP BY dt.d_year, item.i_brand, item.i_brand_id""",
+    "q42": """SELECT dt.d_year, item.i_category, sum(ss_sales_price) FROM date_dim dt, {fact}, item
+              WHERE dt.d_date_sk = {fact}.ss_sold_date_sk AND {fact}.ss_item_sk = item.i_item_sk
+                AND item.i_manager_id = 2 AND dt.d_moy = 3 AND dt.d_year = 2000
+              GROUP BY dt.d_year, item.i_category""",
+    "q52": """SELECT dt.d_year, item.i_brand_id, sum(ss_sales_price) ext_price FROM date_dim dt, {fact}, item
+              WHERE dt.d_date_sk = ss_sold_date_sk AND ss_item_sk = i_item_sk AND i_manager_id = 3
+                AND d_moy IN (1, 2, 3) AND d_year = 2000 GROUP BY dt.d_year, item.i_brand_id""",
+    "q55": """SELECT i_brand_id brand_id, i_brand brand, sum(ss_sales_price) ext_price
+              FROM date_dim JOIN {fact} ON d_date_sk = ss_sold_date_sk JOIN item ON ss_item_sk = i_item_sk
+              WHERE i_manager_id = 4 AND d_moy BETWEEN 2 AND 5 AND d_year = 2000 GROUP BY i_brand, i_brand_id""",
+    "q7_store_star": """SELECT s_state, d_moy, count(*) n, avg(ss_sales_price) FROM {fact} ss
+              JOIN date_dim d ON ss.ss_sold_date_sk = d.d_date_sk JOIN store s ON ss.ss_store_sk = s.s_store_sk
+              WHERE d.d_year = 2000 AND s.s_state IN ('TN', 'CA') GROUP BY s_state, d_moy""",
+    "q19_three_dims": """SELECT i_brand, s_state, sum(ss_sales_price) FROM date_dim, {fact}, item, store
+              WHERE d_date_sk = ss_sold_date_sk AND ss_item_sk = i_item_sk AND ss_store_sk = s_store_sk
+                AND i_category = 'Books' AND d_year = 2000 AND d_moy = 4 AND s_state <> 'WA'
+              GROUP BY i_brand, s_state""",
+    "in_subquery": """SELECT ss_item_sk, count(*) FROM {fact}
+              WHERE ss_sold_date_sk IN (SELECT d_date_sk FROM date_dim WHERE d_year = 2000 AND d_moy > 6)
+              GROUP BY ss_item_sk""",
+    "left_semi": """SELECT * FROM {fact} LEFT SEMI JOIN date_dim ON ss_sold_date_sk = d_date_sk
+              AND d_year = 2000 AND d_moy = 1""",
+    "cte": """WITH days AS (SELECT d_date_sk, d_moy FROM date_dim WHERE d_year = 2000)
+              SELECT d_moy, sum(ss_sales_price) FROM {fact} JOIN days ON ss_sold_date_sk = days.d_date_sk
+              GROUP BY d_moy""",
+    "derived_table": """SELECT count(*), sum(ss_sales_price) FROM {fact} f,
+              (SELECT d_date_sk FROM date_dim WHERE d_year = 2000 AND d_moy < 4) d
+              WHERE f.ss_sold_date_sk = d.d_date_sk""",
+    "fact_null_supplied": """SELECT d_date_sk, count(ss_item_sk) FROM date_dim LEFT JOIN {fact}
+              ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000 GROUP BY d_date_sk""",
+    "null_safe_inner": """SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk <=> d_date_sk
+              WHERE d_year = 2000""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRUNED))
+def test_star_queries_prune_the_fact_and_equal_spark(star, name):
+    rows, report = run(star, PRUNED[name])
+    assert rows
+    (assignment,) = report.assignments
+    assert assignment.handle is not None and "ss_sold_date_sk" in assignment.filter, str(report)
+    (scan,) = report.scans()
+    assert scan.partitions_total == DAYS and scan.partitions_kept <= len(YEAR_2000), str(report)
+
+
+NOT_PRUNED = {
+    "fact_preserved_left": ("SELECT count(*), count(d_year) FROM {fact} LEFT JOIN date_dim "
+                            "ON ss_sold_date_sk = d_date_sk AND d_year = 2000", "preserved by the LEFT JOIN"),
+    "full_outer": ("SELECT count(*) FROM {fact} FULL JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                   "WHERE d_year = 2000 OR d_year IS NULL", "FULL join keeps fact rows"),
+    "anti": ("SELECT count(*) FROM {fact} LEFT ANTI JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+             "AND d_year = 2000", "ANTI join keeps fact rows"),
+    "no_selective_predicate": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                               "WHERE d_date_sk IS NOT NULL", "no selective predicate"),
+    "no_benefit": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2001",
+                   "not worth applying"),
+    "no_join": ("SELECT count(*) FROM {fact} WHERE ss_store_sk = 3", "no join of a dynsource table"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_PRUNED))
+def test_joins_that_must_not_or_need_not_prune_run_as_written_and_say_why(star, name):
+    query, reason = NOT_PRUNED[name]
+    _, report = run(star, query, fact="store_sales_all")
+    assert all(assignment.handle is None for assignment in report.assignments), str(report)
+    assert reason in str(report)
+
+
+def test_a_query_sqlglot_cannot_read_runs_as_spark_sql(star):
+    query = "SELECT count(*) FROM {fact} WHERE exists(array(1, 2), x -> x > ss_store_sk)"
+    _, report = run(star, query, fact="store_sales_all")
+    assert report.assignments == ()
+
+
+def test_the_report_before_and_after_an_action(star):
+    df = dynsource.sql(star, PRUNED["cte"].format(fact="store_sales"))
+    assert "run an action on the DataFrame first" in str(dynsource.scan_report(df))
+    df.collect()
+    text = str(dynsource.scan_report(df))
+    assert "default.store_sales (store_sales.ss_sold_date_sk) <- days (days.d_date_sk): exact, 20 keys" in text
+    assert f"partitions kept/total: 20/{DAYS}" in text
