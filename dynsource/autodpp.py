@@ -104,7 +104,8 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
             continue
         handle = filter_store.publish(data, store)
         notes += [f"{other}: not applied, a scan takes one dynamic filter" for other in ordered[index + 1:]]
-        return Assignment(_scan_name(scan), str(pruning), handle, data.kind, len(data), collection_ms), notes
+        return Assignment(_scan_name(scan), str(pruning), handle, data.kind, len(data), collection_ms,
+                          columns=scan.columns), notes
     return Assignment(_scan_name(scan), reason="; ".join(notes)), []
 
 
@@ -129,8 +130,8 @@ def _table_infos(spark: SparkSession, query: str) -> dict[str, starjoin.TableInf
 def _view(spark: SparkSession, scan: starjoin.FactScan, handle: str, store: FilterStore) -> str:
     options = {"dynamicFilter": handle, "filterStore": store.url,
                **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
-    view = VIEW_PREFIX + hashlib.sha256(f"{scan.table}|{handle}".encode()).hexdigest()[:20]
-    catalog.read_table(spark, scan.table, options).createOrReplaceTempView(view)
+    view = VIEW_PREFIX + hashlib.sha256(f"{scan.table}|{handle}|{scan.columns}".encode()).hexdigest()[:20]
+    catalog.read_table(spark, scan.table, options, scan.columns).createOrReplaceTempView(view)
     return view
 
 

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -265,8 +265,13 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     return read_definition(table, _location_of(spark, table, definitions))
 
 
-def read_table(spark: SparkSession, name: str, options: Mapping[str, str] | None = None) -> DataFrame:
+def read_table(
+    spark: SparkSession, name: str, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
+) -> DataFrame:
     """Registered table ``name`` read through its own source, with ``options`` over the stored ones.
+
+    With ``columns``, only those are read (Spark does not prune a Python source's
+    columns; the source reads the columns of the schema it is given).
 
     Unlike ``spark.read.options(...).table(name)``, no table name is resolved by
     Spark: a query naming the table again (or a temporary view of this DataFrame
@@ -278,7 +283,10 @@ def read_table(spark: SparkSession, name: str, options: Mapping[str, str] | None
         ``name`` is not a registered dynsource table (no definition).
     """
     definition = load_definition(spark, name)
-    reader = spark.read.format(SOURCE_PREFIX + definition.table).schema(definition.schema)
+    schema = definition.schema
+    if columns is not None:
+        schema = StructType([field for field in schema.fields if field.name in set(columns)])
+    reader = spark.read.format(SOURCE_PREFIX + definition.table).schema(schema)
     return reader.options(**dict(options or {})).load()
 
 

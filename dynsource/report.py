@@ -120,6 +120,7 @@ class Assignment:
     keys: int | None = None
     collection_ms: float | None = None
     reason: str | None = None  # why the scan is not pruned (None when it is)
+    columns: tuple[str, ...] | None = None  # the columns the pruned scan reads; None: all
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,9 @@ class QueryReport:
             if assignment.handle is None:
                 lines.append(f"{assignment.scan}: not pruned ({assignment.reason})")
                 continue
+            read = "all columns" if assignment.columns is None else f"columns {list(assignment.columns)}"
             lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys, "
-                         f"collected in {assignment.collection_ms} ms")
+                         f"collected in {assignment.collection_ms} ms; reads {read}")
             if scan is None:
                 lines.append("  (no scan yet: run an action on the DataFrame first)")
             else:

@@ -59,6 +59,7 @@ class FactScan:
     start: int
     end: int  # exclusive
     written_alias: bool  # whether the text gives the alias (else it is the table's name)
+    columns: tuple[str, ...] | None = None  # the table's columns the query uses; None: all (it selects a *)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
     try:
         parsed = sqlglot.parse_one(query, read="spark")
         aliased = {_start(table) for table in parsed.find_all(exp.Table) if table.alias}
+        star = any(not isinstance(star.parent, exp.Count) for star in parsed.find_all(exp.Star))
         schema: dict[str, dict[str, dict[str, str]]] = {}
         for name, info in tables.items():
             db, _, table = name.rpartition(".")
@@ -125,12 +127,12 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         return Detection((), (Refusal(None, f"the query could not be analysed: {error}"),))
     if not isinstance(qualified, exp.Query):
         return Detection((), (Refusal(None, "only queries are analysed"),))
-    ctes = qualified.args.get("with_")
+    statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star)
     prunings: list[Pruning] = []
     refusals: list[Refusal] = []
     for scope in traverse_scope(qualified):
         if isinstance(scope.expression, exp.Select):
-            _Select(scope, tables, ctes, aliased, prunings, refusals).detect()
+            _Select(scope, statement, prunings, refusals).detect()
     return Detection(tuple(_distinct(prunings)), tuple(refusals))
 
 
@@ -142,6 +144,16 @@ def table_names(query: str) -> list[str]:
         return []
     ctes = {cte.alias_or_name.lower() for cte in parsed.find_all(exp.CTE)}
     return sorted({_table_name(table) for table in parsed.find_all(exp.Table)} - ctes)
+
+
+class _Statement(NamedTuple):
+    """What every SELECT of the statement shares."""
+
+    tables: Mapping[str, TableInfo]
+    ctes: exp.With | None
+    aliased: set[int]  # text positions of the table names written with an alias
+    root: exp.Expression  # the qualified statement
+    star: bool  # the text selects a * somewhere (count(*) aside), which qualify() expanded
 
 
 class _Equality(NamedTuple):
@@ -158,13 +170,11 @@ class _Equality(NamedTuple):
 class _Select:
     """Detection in one SELECT: its sources, join sides and conjuncts."""
 
-    def __init__(self, scope: Scope, tables: Mapping[str, TableInfo], ctes: exp.With | None, aliased: set[int],
-                 prunings: list[Pruning], refusals: list[Refusal]) -> None:
+    def __init__(self, scope: Scope, statement: _Statement, prunings: list[Pruning], refusals: list[Refusal]) -> None:
         self.scope = scope
-        self.aliased = aliased
+        self.statement = statement
         self.select: exp.Select = scope.expression
-        self.tables = tables
-        self.ctes = ctes
+        self.tables = statement.tables
         self.prunings = prunings
         self.refusals = refusals
         self.where = _conjuncts(self.select.args.get("where"))
@@ -200,7 +210,13 @@ class _Select:
         if info is None or not info.dynsource:
             return None
         start = _start(node)
-        return FactScan(_table_name(node), alias, start, node.this.meta["end"] + 1, start in self.aliased)
+        return FactScan(_table_name(node), alias, start, node.this.meta["end"] + 1, start in self.statement.aliased,
+                        None if self.statement.star else self._used_columns(alias, info))
+
+    def _used_columns(self, alias: str, info: TableInfo) -> tuple[str, ...]:
+        """The table's columns named with ``alias`` anywhere (a superset when the alias is reused elsewhere)."""
+        named = {column.name.lower() for column in self.statement.root.find_all(exp.Column) if column.table == alias}
+        return tuple(column for column in info.columns if column.lower() in named)
 
     def _equalities(self, conjunct: exp.Expression, facts: dict[str, FactScan], on: exp.Join | None) -> list[_Equality]:
         """The sound fact-dimension equalities of one conjunct; the unsound ones are refused."""
@@ -298,8 +314,8 @@ class _Select:
         return None
 
     def _with_ctes(self, query: exp.Select) -> str:
-        if self.ctes is not None:
-            query.set("with_", self.ctes.copy())
+        if self.statement.ctes is not None:
+            query.set("with_", self.statement.ctes.copy())
         return _as_written(query).sql("spark")
 
     def _null_supplied(self) -> set[str]:

@@ -165,3 +165,11 @@ def test_the_report_before_and_after_an_action(star):
     text = str(dynsource.scan_report(df))
     assert "default.store_sales (store_sales.ss_sold_date_sk) <- days (days.d_date_sk): exact, 20 keys" in text
     assert f"partitions kept/total: 20/{DAYS}" in text
+    assert "reads columns ['ss_sales_price', 'ss_sold_date_sk']" in text
+
+
+def test_a_pruned_scan_reads_only_the_columns_the_query_uses(star):
+    _, counted = run(star, PRUNED["derived_table"])
+    assert counted.assignments[0].columns == ("ss_sales_price", "ss_sold_date_sk")
+    _, starred = run(star, PRUNED["left_semi"])
+    assert starred.assignments[0].columns is None and "reads all columns" in str(starred)

@@ -148,3 +148,15 @@ def test_correlated_subqueries_and_unparsable_text_are_refused_not_raised():
     assert any("correlated" in reason for reason in said)
     assert reasons("SELEC nothing FROM")[0].startswith("the query could not be analysed")
     assert detect("SELECT * FROM date_dim JOIN store ON d_moy = s_store_sk WHERE d_year = 1", TABLES).prunings == ()
+
+
+def test_the_fact_columns_a_query_uses_are_known_unless_it_selects_a_star():
+    (used,) = detect("SELECT d_moy, sum(ss_sales_price) FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                     "WHERE d_year = 2000 GROUP BY d_moy", TABLES).prunings
+    assert used.fact.columns == ("ss_sold_date_sk", "ss_sales_price")
+    (counted,) = detect("SELECT count(*) FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk "
+                        "AND d_year = 2000", TABLES).prunings
+    assert counted.fact.columns == ("ss_sold_date_sk",)
+    (starred,) = detect("SELECT * FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk AND d_year = 2000",
+                        TABLES).prunings
+    assert starred.fact.columns is None
