@@ -9,20 +9,22 @@ from dynsource.catalog import drop_table, register_table, register_tables
 from dynsource.collector import collect, collect_data
 from dynsource.filtering import DynamicFilteringData
 from dynsource.join import dynamic_join
-from dynsource.report import ScanReport, scan_report
+from dynsource.report import QueryReport, ScanReport, scan_report
 from dynsource.source import DynsourceDataSource
-from dynsource.sql import sql
+from dynsource.sql import explain_sql, sql
 from dynsource.store import expire, publish, resolve
 
 __all__ = [
     "DynamicFilteringData",
     "DynsourceDataSource",
+    "QueryReport",
     "ScanReport",
     "collect",
     "collect_data",
     "drop_table",
     "dynamic_join",
     "expire",
+    "explain_sql",
     "publish",
     "register",
     "register_table",

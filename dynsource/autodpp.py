@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 from dynsource import benefit, catalog, collector, starjoin
 from dynsource import store as filter_store
 from dynsource.report import Assignment, QueryReport
+from dynsource.scan import plan_scan
 from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
@@ -36,44 +38,67 @@ VIEW_PREFIX = "__dynsource_dpp_"
 
 @dataclass
 class Plan:
-    """What :func:`plan` decided for a query: the rewritten text and each fact scan's assignment."""
+    """What :func:`plan` decided for a query: each fact scan's assignment, and the notes on other joins."""
 
     query: str
-    rewritten: str
+    store: FilterStore
     assignments: list[Assignment] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
-    store: FilterStore | None = None
+    pruned: list[tuple[starjoin.FactScan, str]] = field(default_factory=list)  # each pruned scan and its handle
 
     @property
     def report(self) -> QueryReport:
         return QueryReport(tuple(self.assignments), tuple(self.notes), self.store)
 
+    def rewrite(self, spark: SparkSession) -> str:
+        """The query with each pruned fact reference read through a temporary view with its filter.
+
+        The view, named after the table, handle and columns, reads the table through
+        its own source; the alias the query's columns use is kept.
+        """
+        pieces, position = [], 0
+        for scan, handle in sorted(self.pruned, key=lambda item: item[0].start):
+            view = VIEW_PREFIX + hashlib.sha256(f"{scan.table}|{handle}|{scan.columns}".encode()).hexdigest()[:20]
+            catalog.read_table(spark, scan.table, self._options(handle), scan.columns).createOrReplaceTempView(view)
+            pieces += [self.query[position:scan.start], view + ("" if scan.written_alias else f" AS {scan.alias}")]
+            position = scan.end
+        return "".join([*pieces, self.query[position:]])
+
+    def plan_scans(self, spark: SparkSession) -> None:
+        """Plan each pruned scan here, as Spark would before running the query, so that the report has its figures."""
+        for scan, handle in self.pruned:
+            definition = catalog.load_definition(spark, scan.table)
+            schema = definition.schema
+            if scan.columns is not None:
+                schema = StructType([f for f in schema.fields if f.name in set(scan.columns)])
+            plan_scan(definition.scan_options.with_options(self._options(handle)), schema)
+
+    def _options(self, handle: str) -> dict[str, str]:
+        return {"dynamicFilter": handle, "filterStore": self.store.url,
+                **({"filterStoreOptions": self.store.options.to_json()} if self.store.options else {})}
+
 
 def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO) -> Plan:
-    """Detect the prunable fact scans of ``query``, collect and publish their filters, and rewrite the query.
+    """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
-    Runs the dimension queries (Spark jobs), not the query itself. Creates a
-    temporary view per pruned fact scan, named after its table, handle and columns.
+    Runs the dimension queries (Spark jobs), not the query itself.
     """
-    store = store or FilterStore.of(None)
     tables = _table_infos(spark, query)
     detection = starjoin.detect(query, tables, spark.catalog.currentDatabase())
-    result = Plan(query, query, store=store, notes=[r.reason if r.fact is None else
-                                                   f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals])
+    result = Plan(query, store or FilterStore.of(None), notes=[
+        r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals])
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {}
     for pruning in detection.prunings:
         by_scan.setdefault(pruning.fact, []).append(pruning)
-    replacements = []
     for scan, prunings in by_scan.items():
-        assignment, notes = _assign(spark, scan, prunings, tables, store, fallback_filter_ratio)
+        assignment, notes = _assign(spark, scan, prunings, tables, result.store, fallback_filter_ratio)
         result.assignments.append(assignment)
         result.notes += notes
         if assignment.handle is not None:
-            replacements.append((scan, _view(spark, scan, assignment.handle, store)))
+            result.pruned.append((scan, assignment.handle))
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
-    result.rewritten = _rewrite(query, replacements)
     return result
 
 
@@ -125,24 +150,6 @@ def _table_infos(spark: SparkSession, query: str) -> dict[str, starjoin.TableInf
         infos[qualified.lower()] = starjoin.TableInfo(
             {f.name: f.dataType.simpleString() for f in schema.fields}, dynsource)
     return infos
-
-
-def _view(spark: SparkSession, scan: starjoin.FactScan, handle: str, store: FilterStore) -> str:
-    options = {"dynamicFilter": handle, "filterStore": store.url,
-               **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
-    view = VIEW_PREFIX + hashlib.sha256(f"{scan.table}|{handle}|{scan.columns}".encode()).hexdigest()[:20]
-    catalog.read_table(spark, scan.table, options, scan.columns).createOrReplaceTempView(view)
-    return view
-
-
-def _rewrite(query: str, replacements: list[tuple[starjoin.FactScan, str]]) -> str:
-    """``query`` with each pruned fact reference's name replaced by its view, keeping the alias columns use."""
-    pieces, position = [], 0
-    for scan, view in sorted(replacements, key=lambda item: item[0].start):
-        alias = "" if scan.written_alias else f" AS {scan.alias}"
-        pieces += [query[position:scan.start], view + alias]
-        position = scan.end
-    return "".join([*pieces, query[position:]])
 
 
 def _scan_name(scan: starjoin.FactScan) -> str:

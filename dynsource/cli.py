@@ -1,4 +1,5 @@
-"""The ``dynsource`` command: ``demo``, ``explain`` (a scan report), ``expire`` (old handles), ``table`` (tables)."""
+"""The ``dynsource`` command: ``demo``, ``explain`` (a scan report), ``expire`` (old handles), ``table`` (tables),
+``sql`` (a query against the catalog, pruned automatically)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     expire.add_argument("--store-options", metavar="JSON",
                         help="fsspec storage options of the store as a JSON object (credentials, endpoint)")
     _add_table_commands(commands)
+    _add_sql_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
@@ -46,6 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         _explain(args.handle, args.store, args.store_options)
     elif args.command == "expire":
         _expire(args.older_than, args.store, args.store_options)
+    elif args.command == "sql":
+        _sql(args)
     else:
         _table(args)
 
@@ -67,6 +71,36 @@ def _add_table_commands(commands: argparse._SubParsersAction) -> None:
                                                   "<spark.sql.warehouse.dir>/_dynsource)")
         action.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                             help="a Spark setting, e.g. spark.sql.warehouse.dir=/data/warehouse (repeatable)")
+
+
+def _add_sql_command(commands: argparse._SubParsersAction) -> None:
+    sql = commands.add_parser(
+        "sql", help="run a Spark SQL query against the catalog with automatic dynamic partition pruning",
+        description="Run QUERY with dynsource.sql in a Spark session with a Hive catalog: joins of registered "
+                    "dynsource tables with filtered dimensions are pruned. Prints the result, then the report.")
+    sql.add_argument("query", help="one Spark SQL SELECT statement")
+    sql.add_argument("--explain", action="store_true",
+                     help="only collect the dimension keys and plan the pruned scans; print the report")
+    sql.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
+    sql.add_argument("--definitions", help="definitions URL (default: $DYNSOURCE_DEFINITIONS or "
+                                           "<spark.sql.warehouse.dir>/_dynsource)")
+    sql.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="a Spark setting, e.g. spark.sql.warehouse.dir=/data/warehouse (repeatable)")
+
+
+def _sql(args: argparse.Namespace) -> None:
+    import dynsource
+    from dynsource import catalog
+
+    spark = _hive_session(_pairs(args.conf, "--conf"))
+    if args.definitions:
+        catalog.register_tables(spark, definitions=args.definitions)
+    if args.explain:
+        print(dynsource.explain_sql(spark, args.query))
+        return
+    df = dynsource.sql(spark, args.query)
+    df.show(args.limit, truncate=False)
+    print(dynsource.scan_report(df))
 
 
 def _table(args: argparse.Namespace) -> None:

@@ -85,14 +85,34 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     [Row(v=1), Row(v=3)]
     >>> dynsource.drop_table(spark, "kv")
     """
-    references = [reference for reference in table_options(query) if _read(spark, reference)]
-    text = rewrite(query, references)
+    text = _with_options_read(spark, query)
     if args or kwargs:  # the dimension queries would lose the parameters' values
         return spark.sql(text, args, **kwargs)
     plan = autodpp.plan(spark, text)
-    df = spark.sql(plan.rewritten)
+    df = spark.sql(plan.rewrite(spark))
     report.record_query(df, plan.report)
     return df
+
+
+def explain_sql(spark: SparkSession, query: str) -> report.QueryReport:
+    """The dynamic filters :func:`sql` wires into ``query``, with each pruned scan planned but not run.
+
+    Like Trino's ``EXPLAIN ANALYZE`` for dynamic filters: the dimension queries
+    run (their keys are collected and published) and each pruned fact scan is
+    planned, so ``str()`` of the result shows, per scan, the filter
+    (``store_sales (ss.ss_sold_date_sk) <- date_dim (d.d_date_sk)``), its kind,
+    keys and collection time, and the partitions kept of the total; and why other
+    joins are not pruned. The query itself does not run.
+    """
+    plan = autodpp.plan(spark, _with_options_read(spark, query))
+    plan.plan_scans(spark)
+    return plan.report
+
+
+def _with_options_read(spark: SparkSession, query: str) -> str:
+    """``query`` with each ``name WITH (...)`` reference of a registered table replaced by its own view."""
+    references = [reference for reference in table_options(query) if _read(spark, reference)]
+    return rewrite(query, references)
 
 
 def _read(spark: SparkSession, reference: TableOptions) -> bool:

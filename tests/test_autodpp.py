@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
+from dynsource import cli
 from dynsource.report import QueryReport
 
 DAYS = 60
@@ -48,8 +49,13 @@ def write_star(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def star(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("star")
+def star_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("star")
+
+
+@pytest.fixture(scope="module")
+def star(spark, star_root):
+    root = star_root
     write_star(root)
     for dimension in ("date_dim", "item", "store"):
         spark.read.parquet(str(root / f"{dimension}.parquet")).createOrReplaceTempView(dimension)
@@ -173,3 +179,22 @@ def test_a_pruned_scan_reads_only_the_columns_the_query_uses(star):
     assert counted.assignments[0].columns == ("ss_sales_price", "ss_sold_date_sk")
     _, starred = run(star, PRUNED["left_semi"])
     assert starred.assignments[0].columns is None and "reads all columns" in str(starred)
+
+
+def test_explain_sql_collects_and_plans_without_running_the_query(star):
+    report = dynsource.explain_sql(star, PRUNED["q7_store_star"].format(fact="store_sales"))
+    text = str(report)
+    assert "default.store_sales (ss.ss_sold_date_sk) <- default.date_dim (d.d_date_sk): exact, 20 keys" in text
+    assert f"partitions kept/total: 20/{DAYS}" in text
+    assert ("not pruned: default.store_sales (ss.ss_store_sk) <- default.store (s.s_store_sk): not applied, "
+            "a scan takes one dynamic filter") in text
+
+
+def test_the_sql_command_prints_rows_and_report_and_explains(star, star_root, capsys):
+    query = PRUNED["cte"].format(fact="store_sales")
+    cli.main(["sql", query, "--definitions", str(star_root / "definitions")])
+    printed = capsys.readouterr().out
+    assert "|d_moy|" in printed.replace(" ", "") and f"partitions kept/total: 20/{DAYS}" in printed
+    cli.main(["sql", "--explain", query, "--definitions", str(star_root / "definitions")])
+    explained = capsys.readouterr().out
+    assert "<- days (days.d_date_sk): exact, 20 keys" in explained and "|d_moy|" not in explained.replace(" ", "")
