@@ -195,6 +195,7 @@ class _Select:
         for on, conjunct in placed:
             if on is None:
                 self._in_subquery(conjunct, facts)
+                self._exists(conjunct, facts)
             for equality in self._equalities(conjunct, facts, on):
                 pairs.setdefault((equality.fact, equality.dimension), []).append(equality)
         for (fact, dimension), equalities in pairs.items():
@@ -261,6 +262,35 @@ class _Select:
         keyed = keys.from_(exp.Subquery(this=subquery.copy(), alias=exp.TableAlias(this=exp.to_identifier("_d"))))
         self.prunings.append(Pruning(facts[columns[0][0]], tuple(column for _, column in columns), "(subquery)",
                                      tuple(output.unalias().sql("spark") for output in outputs), self._with_ctes(keyed),
+                                     null_safe=False))
+
+    def _exists(self, conjunct: exp.Expression, facts: dict[str, FactScan]) -> None:
+        """``EXISTS (SELECT ... FROM dim WHERE dim.k = fact.k AND <dimension predicates>)``: a semi join."""
+        subquery = conjunct.this if isinstance(conjunct, exp.Exists) else None
+        if not isinstance(subquery, exp.Select) or subquery.args.get("joins"):
+            return
+        inner = subquery.args["from_"].this.alias_or_name if subquery.args.get("from_") else None
+        correlated, local = [], []
+        for predicate in _conjuncts(subquery.args.get("where")):
+            outer = {column.table for column in predicate.find_all(exp.Column) if column.table != inner}
+            (correlated if outer else local).append(predicate)
+        equalities = [_correlation(p, inner, facts) for p in correlated]
+        refused = (not equalities or None in equalities or len({alias for alias, _, _ in equalities}) != 1
+                   or any(subquery.args.get(part) for part in ("group", "having", "limit")))
+        if refused:
+            if any(column.table in facts for column in subquery.find_all(exp.Column)):
+                self.refusals.append(Refusal(None, f"{conjunct.sql('spark')}: only EXISTS correlated by "
+                                                   "equalities with one fact's columns is pruned"))
+            return
+        fact = facts[equalities[0][0]]
+        if not any(_selective_predicate(p) for p in local):
+            self.refusals.append(Refusal(fact, f"{conjunct.sql('spark')}: the subquery has no selective predicate"))
+            return
+        keyed = subquery.copy()
+        keyed.set("expressions", [exp.alias_(key.copy(), f"k{i}") for i, (_, _, key) in enumerate(equalities)])
+        keyed.set("where", exp.Where(this=exp.and_(*[p.copy() for p in local])))
+        self.prunings.append(Pruning(fact, tuple(column for _, column, _ in equalities), "(exists)",
+                                     tuple(key.sql("spark") for _, _, key in equalities), self._with_ctes(keyed),
                                      null_safe=False))
 
     def _fact_column(self, node: exp.Expression, facts: dict[str, FactScan]) -> tuple[str, str] | None:
@@ -331,6 +361,18 @@ class _Select:
                 supplied.update(seen)
             seen.append(joined)
         return supplied
+
+
+def _correlation(predicate: exp.Expression, inner: str | None,
+                 facts: Mapping[str, FactScan]) -> tuple[str, str, exp.Expression] | None:
+    """(fact alias, fact column, inner key) of ``inner.key = fact.column``, or None for any other predicate."""
+    if not isinstance(predicate, exp.EQ):
+        return None
+    for fact_side, inner_side in ((predicate.this, predicate.expression), (predicate.expression, predicate.this)):
+        if (isinstance(fact_side, exp.Column) and fact_side.table in facts and inner is not None
+                and _only_source(inner_side) == inner):
+            return fact_side.table, fact_side.name, inner_side
+    return None
 
 
 def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:

@@ -110,6 +110,8 @@ PRUNED = {
     "in_subquery": """SELECT ss_item_sk, count(*) FROM {fact}
               WHERE ss_sold_date_sk IN (SELECT d_date_sk FROM date_dim WHERE d_year = 2000 AND d_moy > 6)
               GROUP BY ss_item_sk""",
+    "exists": """SELECT ss_store_sk, sum(ss_sales_price) FROM {fact} WHERE EXISTS (SELECT 1 FROM date_dim d
+              WHERE d.d_date_sk = {fact}.ss_sold_date_sk AND d.d_year = 2000 AND d.d_moy = 2) GROUP BY ss_store_sk""",
     "left_semi": """SELECT * FROM {fact} LEFT SEMI JOIN date_dim ON ss_sold_date_sk = d_date_sk
               AND d_year = 2000 AND d_moy = 1""",
     "cte": """WITH days AS (SELECT d_date_sk, d_moy FROM date_dim WHERE d_year = 2000)

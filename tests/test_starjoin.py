@@ -160,3 +160,16 @@ def test_the_fact_columns_a_query_uses_are_known_unless_it_selects_a_star():
     (starred,) = detect("SELECT * FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk AND d_year = 2000",
                         TABLES).prunings
     assert starred.fact.columns is None
+
+
+def test_exists_correlated_by_equalities_is_a_semi_join():
+    (pruning,) = detect("SELECT * FROM store_sales WHERE EXISTS (SELECT 1 FROM date_dim d WHERE "
+                        "d.d_date_sk = store_sales.ss_sold_date_sk AND d.d_year = 2000)", TABLES).prunings
+    assert str(pruning) == "default.store_sales (store_sales.ss_sold_date_sk) <- (exists) (d.d_date_sk)"
+    assert pruning.dimension_sql == "SELECT d.d_date_sk AS k0 FROM date_dim AS d WHERE d.d_year = 2000"
+    assert pairs("SELECT * FROM store_sales WHERE NOT EXISTS (SELECT 1 FROM date_dim d WHERE "
+                 "d.d_date_sk = store_sales.ss_sold_date_sk AND d.d_year = 2000)") == []
+    assert pairs("SELECT * FROM store_sales WHERE EXISTS (SELECT 1 FROM date_dim d WHERE "
+                 "d.d_date_sk > store_sales.ss_sold_date_sk AND d.d_year = 2000)") == []
+    assert any("no selective predicate" in reason for reason in reasons(
+        "SELECT * FROM store_sales WHERE EXISTS (SELECT 1 FROM date_dim d WHERE d.d_date_sk = ss_sold_date_sk)"))
