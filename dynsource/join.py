@@ -34,8 +34,8 @@ _PRUNING = ("inner", "left_semi", "right")
 
 def dynamic_join(
     fact: str,
-    dim: DataFrame,
-    on: Mapping[str, str] | Sequence[tuple[str, str]],
+    dim: DataFrame | Sequence[tuple[DataFrame, Mapping[str, str] | Sequence[tuple[str, str]]]],
+    on: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     how: str = "inner",
     *,
     options: Mapping[str, str] | None = None,
@@ -49,11 +49,16 @@ def dynamic_join(
     fact : str
         The fact table: an fsspec URL or path of a Hive-partitioned table, or the
         name of a table registered with :func:`dynsource.register_table`.
-    dim : DataFrame
-        The dimension side (usually filtered). It is cached, so the keys are
-        collected from and joined with the same computed rows.
+    dim : DataFrame, or sequence of (DataFrame, on)
+        The dimension side (usually filtered), or several dimensions with their
+        keys (a star, e.g. ``[(dates, {"ss_sold_date_sk": "d_date_sk"}), (stores,
+        {"ss_store_sk": "s_store_sk"})]``), joined in that order. Each is cached,
+        so the keys are collected from and joined with the same computed rows.
+        A scan takes one dynamic filter: of a star, the first dimension whose
+        filter passes the benefit check prunes (one on the fact's first partition
+        column is tried first); the report says so of the others.
     on : mapping or sequence of (fact column, dim column)
-        The equi-join keys, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
+        The equi-join keys of a single ``dim``, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
     how : str, default "inner"
         A Spark join type with the fact table on the left. ``inner``,
         ``left_semi`` and ``right`` prune; ``full``, ``left`` and ``left_anti``
@@ -71,41 +76,89 @@ def dynamic_join(
     -------
     DataFrame
         The join; ``dynsource.scan_report(joined)`` tells what was pruned (once
-        a query ran) or why it was not.
+        a query ran) or why it was not: a ``ScanReport`` for one dimension, a
+        ``QueryReport`` for a star.
     """
-    pairs = list(on.items()) if isinstance(on, Mapping) else [tuple(pair) for pair in on]
-    if not pairs:
-        raise ValueError("dynamic_join() needs at least one (fact column, dim column) pair in 'on'.")
+    dims = _dimensions(dim, on)
     join_type = _JOIN_TYPES.get(how.lower().replace(" ", ""))
     if join_type is None:
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
-    spark = dim.sparkSession
+    spark = dims[0][0].sparkSession
     base_options = dict(options or {})
     if _is_path(fact):
         fact_options = ScanOptions.parse({**base_options, "path": fact})
     else:
         fact_options = catalog.load_definition(spark, fact).scan_options.with_options(base_options)
     fact_df = _read(spark, fact, base_options)
-    handle, reason, store = None, None, None
+    dims = [(d if d.is_cached or join_type not in _PRUNING else d.cache(), pairs) for d, pairs in dims]
+    store, applied, notes = None, None, []
     if join_type not in _PRUNING:
-        reason = f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned"
+        notes.append(f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned")
     else:
-        dim = dim if dim.is_cached else dim.cache()
-        types = {field: fact_df.schema[field].dataType.simpleString() for field, _ in pairs}
         # Named explicitly: Spark's Python workers keep the environment the session started with, so a
         # $DYNSOURCE_FILTER_STORE set since then would send the planner to another store.
         store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
-        data = collector.collect_data(dim, dict(pairs), types=types, **collect_options)
-        handle = filter_store.publish(data, store)
-        reason = benefit.no_benefit(data, benefit.top_level(fact_options, types), fallback_filter_ratio)
-        if reason is None:
-            filtered = {**base_options, "dynamicFilter": handle, "filterStore": store.url,
+        types = {f.name: f.dataType.simpleString() for f in fact_df.schema.fields}
+        applied, notes = _first_worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
+                                               collect_options)
+        if applied is not None:
+            filtered = {**base_options, "dynamicFilter": applied.handle, "filterStore": store.url,
                         **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
             fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
-    condition = functools.reduce(lambda a, b: a & b, [fact_df[f] == dim[d] for f, d in pairs])
-    joined = fact_df.join(dim, condition, join_type)
-    report.record_join(joined, fact=fact, handle=handle if reason is None else None, reason=reason, store=store)
+    joined = fact_df
+    for d, pairs in dims:
+        joined = joined.join(d, functools.reduce(lambda a, b: a & b, [fact_df[f] == d[c] for f, c in pairs]),
+                             join_type)
+    if len(dims) == 1:
+        report.record_join(joined, fact=fact, handle=applied.handle if applied else None,
+                           reason=None if applied else "; ".join(notes), store=store)
+    else:
+        assignment = applied or report.Assignment(fact, reason="; ".join(notes))
+        report.record_query(joined, report.QueryReport((assignment,), tuple(notes) if applied else (), store))
     return joined
+
+
+def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
+    """``[(dimension, [(fact column, dim column), ...]), ...]`` of a single ``dim`` and ``on``, or of a star."""
+    if isinstance(dim, DataFrame):
+        if on is None:
+            raise ValueError("dynamic_join() needs 'on', the (fact column, dim column) pairs, for a single dim.")
+        dims = [(dim, on)]
+    elif on is not None:
+        raise ValueError("dynamic_join() takes 'on' with a single dim; a star gives each dimension its own keys: "
+                         "dim=[(dates, {'ss_sold_date_sk': 'd_date_sk'}), ...].")
+    else:
+        dims = list(dim)
+    normalized = []
+    for frame, keys in dims:
+        pairs = list(keys.items()) if isinstance(keys, Mapping) else [tuple(pair) for pair in keys]
+        if not pairs:
+            raise ValueError("dynamic_join() needs at least one (fact column, dim column) pair in 'on'.")
+        normalized.append((frame, pairs))
+    if not normalized:
+        raise ValueError("dynamic_join() needs at least one dimension.")
+    return normalized
+
+
+def _first_worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
+    """The assignment of the first dimension whose filter pays (first partition column first), and notes."""
+    level = benefit.top_level(fact_options, types)
+    first = level.columns[0] if level is not None else None
+    ordered = sorted(range(len(dims)), key=lambda i: first not in [f for f, _ in dims[i][1]])
+    notes = []
+    for position, index in enumerate(ordered):
+        d, pairs = dims[index]
+        described = f"{fact} ({', '.join(f for f, _ in pairs)}) <- dimension {index} ({', '.join(c for _, c in pairs)})"
+        data = collector.collect_data(d, dict(pairs), types={f: types[f] for f, _ in pairs}, **collect_options)
+        reason = benefit.no_benefit(data, level, ratio)
+        if reason is not None:
+            notes.append(reason if len(dims) == 1 else f"{described}: {reason}")
+            continue
+        notes += [f"dimension {other}: not applied, a scan takes one dynamic filter"
+                  for other in ordered[position + 1:]]
+        handle = filter_store.publish(data, store)
+        return report.Assignment(fact, described, handle, data.kind, len(data)), notes
+    return None, notes
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:

@@ -104,6 +104,31 @@ def test_bad_join_arguments(spark, fact):
         dynsource.dynamic_join(fact, dim, {})
 
 
+def test_a_star_in_one_call_prunes_by_the_partition_dimension_and_equals_the_plain_star(spark, fact):
+    amounts = dimension(spark, "SELECT CAST(id AS DOUBLE) AS amount_key FROM range(0, 200, 3)")
+    days = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 6)")
+    joined = dynsource.dynamic_join(fact, [(amounts, {"amount": "amount_key"}), (days, [("k", "dk")])])
+    fact_df = spark.read.parquet(fact)
+    expected = fact_df.join(amounts, fact_df["amount"] == amounts["amount_key"]).join(
+        days, fact_df["k"] == days["dk"])
+    assert same_rows(joined, expected) and joined.count() > 0
+    report = dynsource.scan_report(joined)
+    (assignment,) = report.assignments
+    assert assignment.filter == f"{fact} (k) <- dimension 1 (dk)"
+    assert report.notes == ("dimension 0: not applied, a scan takes one dynamic filter",)
+    assert report.scans()[0].partitions_kept == 3
+
+
+def test_star_arguments_are_checked(spark, fact):
+    days = dimension(spark, "SELECT 1 AS dk")
+    with pytest.raises(ValueError, match="takes 'on' with a single dim"):
+        dynsource.dynamic_join(fact, [(days, {"k": "dk"})], {"k": "dk"})
+    with pytest.raises(ValueError, match="needs 'on'"):
+        dynsource.dynamic_join(fact, days)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        dynsource.dynamic_join(fact, [], None)
+
+
 @pytest.mark.parametrize("kind", ["bloom", "range"])
 def test_graded_payloads_prune_and_equal_the_plain_join(spark, fact, kind):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 7)")
