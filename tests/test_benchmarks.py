@@ -98,7 +98,7 @@ def test_smoke_run_all_modes_agree_and_dpp_reads_only_matching_partitions(spark,
         assert modes["dynsource DPP"]["result"][0] > 0
         matching = query["matching"]
         assert matching["partitions"] == query["keys"] == 31
-        for mode in ("dynsource DPP", "dynsource static keys", "native DPP cold", "native DPP warm"):
+        for mode in ("dynsource DPP", "dynsource.sql", "dynsource static keys", "native DPP cold", "native DPP warm"):
             figures = (modes[mode]["partitions"], modes[mode]["files"], modes[mode]["bytes"])
             assert figures == (matching["partitions"], matching["files"], matching["bytes"]), (name, mode)
         assert query["ratios"]["dpp_bytes_over_matching"] == 1.0
