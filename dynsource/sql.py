@@ -1,4 +1,9 @@
-"""``dynsource.sql``: Spark SQL in which every table reference keeps its own ``WITH (...)`` options.
+"""``dynsource.sql``: Spark SQL with automatic dynamic partition pruning, where every table reference keeps
+its own ``WITH (...)`` options.
+
+Star joins of registered dynsource tables with filtered dimensions are found,
+collected and wired by :mod:`dynsource.autodpp` (detection is
+:mod:`dynsource.starjoin`); what follows is about the options.
 
 Spark resolves each table name of a statement once: a second reference to the
 same table reuses the first one's relation, options included (its per-query
@@ -58,7 +63,14 @@ class TableOptions:
 
 
 def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> DataFrame:
-    """``spark.sql(query)``, with each table reference's ``WITH (...)`` options applied to that reference alone.
+    """``spark.sql(query)``, its star joins pruned, each table reference's ``WITH (...)`` options its own.
+
+    Each join of a registered dynsource table with a dimension holding a
+    selective predicate, where pruning cannot change the result (see
+    :mod:`dynsource.starjoin`), has the dimension's keys collected first; the
+    fact table is then read with that dynamic filter and only the columns the
+    query names. The result equals ``spark.sql(query)``; ``dynsource.scan_report``
+    of it says what was pruned and why other joins were not.
 
     Parameters
     ----------
@@ -67,7 +79,8 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
         A Spark SQL statement. ``FROM t WITH ('dynamicFilter' = '<handle>')``
         may appear several times for one table, with different options or none.
     args, **kwargs
-        Passed to ``spark.sql`` (query parameters).
+        Passed to ``spark.sql`` (query parameters). A query with parameters is
+        not pruned automatically: its dimension queries would lose their values.
 
     Returns
     -------
@@ -83,6 +96,13 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     >>> dynsource.sql(spark, '''SELECT v FROM kv WITH ('partitionFilter' = 'k = 1')
     ...                         UNION ALL SELECT v FROM kv WITH ('partitionFilter' = 'k = 3')''').collect()
     [Row(v=1), Row(v=3)]
+    >>> spark.createDataFrame([(3, "x"), (2, "y")], "d INT, tag STRING").createOrReplaceTempView("tags")
+    >>> df = dynsource.sql(spark, "SELECT v, tag FROM kv JOIN tags ON k = d WHERE tag = 'x'")
+    >>> df.collect()
+    [Row(v=3, tag='x')]
+    >>> print(dynsource.scan_report(df))
+    default.kv (kv.k) <- default.tags (tags.d): exact, 1 keys, collected in ... ms; reads columns ['v', 'k']
+      partitions kept/total: 1/3, files 1, bytes ...
     >>> dynsource.drop_table(spark, "kv")
     """
     text = _with_options_read(spark, query)
