@@ -9,11 +9,14 @@ so a query that read one of them would fail.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dynsource
 from dynsource import cli
@@ -200,3 +203,77 @@ def test_the_sql_command_prints_rows_and_report_and_explains(star, star_root, ca
     cli.main(["sql", "--explain", query, "--definitions", str(star_root / "definitions")])
     explained = capsys.readouterr().out
     assert "<- days (days.d_date_sk): exact, 20 keys" in explained and "|d_moy|" not in explained.replace(" ", "")
+
+
+GENERATED_CASES = 16
+DATE_PREDICATES = ["d_year = 2000", "d_moy = 3", "d_moy IN (2, 7)", "d_moy BETWEEN 4 AND 6", "d_date_sk < 9",
+                   "d_year = 2001 AND d_moy > 10", "d_date_sk IS NOT NULL", "d_date_sk % 7 = 1"]
+ITEM_PREDICATES = [None, "i_category = 'Books'", "i_brand LIKE 'brand1%'", "upper(i_category) = 'MUSIC'",
+                   "i_manager_id IN (1, 2)"]
+STORE_PREDICATES = [None, "s_state = 'TN'", "s_state <> 'WA'"]
+DATE_JOINS = ["on", "comma", "semi", "in", "exists", "fact_preserved", "fact_null_supplied", "full"]
+
+
+@st.composite
+def star_queries(draw) -> tuple[str, str]:
+    """A star query over {fact} and the dimensions: random predicates, join forms, aliases and CTEs."""
+    date = draw(st.sampled_from(DATE_PREDICATES))
+    join = draw(st.sampled_from(DATE_JOINS))
+    op = draw(st.sampled_from(["=", "<=>"]))
+    fact = draw(st.sampled_from(["{fact} f", "{fact} AS f"]))
+    dates = draw(st.sampled_from(["date_dim d", "(SELECT * FROM date_dim) d", "dates d"]))
+    cte = "WITH dates AS (SELECT d_date_sk, d_year, d_moy FROM date_dim) " if dates == "dates d" else ""
+    joins, where = [], []
+    if join == "on":
+        joins.append(f"JOIN {dates} ON f.ss_sold_date_sk {op} d.d_date_sk AND {date.replace('d_', 'd.d_', 1)}")
+    elif join == "comma":
+        joins.append(f", {dates}")
+        where += [f"f.ss_sold_date_sk {op} d.d_date_sk", date]
+    elif join == "semi":
+        joins.append(f"LEFT SEMI JOIN {dates} ON f.ss_sold_date_sk = d.d_date_sk AND {date}")
+    elif join == "in":
+        where.append(f"f.ss_sold_date_sk IN (SELECT d_date_sk FROM date_dim WHERE {date})")
+    elif join == "exists":
+        where.append(f"EXISTS (SELECT 1 FROM date_dim d WHERE d.d_date_sk = f.ss_sold_date_sk AND {date})")
+    elif join == "fact_preserved":
+        joins.append(f"LEFT JOIN {dates} ON f.ss_sold_date_sk = d.d_date_sk AND {date}")
+    elif join == "fact_null_supplied":
+        return (f"{cte}SELECT d.d_moy, count(f.ss_item_sk) AS n, sum(f.ss_sales_price) AS total FROM {dates} "
+                f"LEFT JOIN {fact} ON f.ss_sold_date_sk = d.d_date_sk WHERE {date} GROUP BY d.d_moy", join)
+    else:
+        joins.append(f"FULL JOIN {dates} ON f.ss_sold_date_sk = d.d_date_sk")
+        where.append(f"({date} OR d.d_date_sk IS NULL)")
+    item, store = draw(st.sampled_from(ITEM_PREDICATES)), draw(st.sampled_from(STORE_PREDICATES))
+    if item and join not in ("fact_preserved", "full"):
+        joins.append("JOIN item i ON f.ss_item_sk = i.i_item_sk")
+        where.append(item)
+    if store and join not in ("fact_preserved", "full"):
+        joins.append(", store s")
+        where += ["f.ss_store_sk = s.s_store_sk", store]
+    joins = sorted(joins, key=lambda part: part.startswith(","))  # comma joins last: ON may not name them
+    grouped = draw(st.booleans())
+    select = "f.ss_store_sk, count(*) AS n, sum(f.ss_sales_price) AS total" if grouped else (
+        "count(*) AS n, sum(f.ss_sales_price) AS total")
+    text = f"{cte}SELECT {select} FROM {fact} {' '.join(joins)}"
+    text += f" WHERE {' AND '.join(where)}" if where else ""
+    return text + (" GROUP BY f.ss_store_sk" if grouped else ""), join
+
+
+def test_generated_star_queries_equal_spark(star):
+    stats: Counter = Counter()
+
+    @settings(max_examples=GENERATED_CASES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(case=star_queries())
+    def check(case):
+        query, join = case
+        _, report = run(star, query, fact="store_sales_all")
+        pruned = [a for a in report.assignments if a.handle is not None]
+        if join in ("fact_preserved", "full"):
+            assert not pruned, (query, str(report))
+        stats["cases"] += 1
+        stats["pruned"] += bool(pruned)
+
+    check()
+    print(f"generated star queries: {dict(stats)}")
+    assert stats["cases"] == GENERATED_CASES and stats["pruned"] > 0
