@@ -15,6 +15,7 @@ columns first) that passes the benefit check; the report says so of the others.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -25,8 +26,10 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import benefit, catalog, collector, starjoin
+from dynsource import benefit, catalog, collector, files, starjoin
 from dynsource import store as filter_store
+from dynsource.enumerator import PartitionEnumerator
+from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scan import plan_scan
 from dynsource.storage import FilterStore
@@ -44,7 +47,8 @@ class Plan:
     store: FilterStore
     assignments: list[Assignment] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
-    pruned: list[tuple[starjoin.FactScan, str]] = field(default_factory=list)  # each pruned scan and its handle
+    # Each pruned scan and the reader options that prune it (dynamicFilter, partitionFilter).
+    pruned: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
 
     @property
     def report(self) -> QueryReport:
@@ -57,25 +61,22 @@ class Plan:
         its own source; the alias the query's columns use is kept.
         """
         pieces, position = [], 0
-        for scan, handle in sorted(self.pruned, key=lambda item: item[0].start):
-            view = VIEW_PREFIX + hashlib.sha256(f"{scan.table}|{handle}|{scan.columns}".encode()).hexdigest()[:20]
-            catalog.read_table(spark, scan.table, self._options(handle), scan.columns).createOrReplaceTempView(view)
+        for scan, options in sorted(self.pruned, key=lambda item: item[0].start):
+            key = f"{scan.table}|{sorted(options.items())}|{scan.columns}"
+            view = VIEW_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:20]
+            catalog.read_table(spark, scan.table, options, scan.columns).createOrReplaceTempView(view)
             pieces += [self.query[position:scan.start], view + ("" if scan.written_alias else f" AS {scan.alias}")]
             position = scan.end
         return "".join([*pieces, self.query[position:]])
 
     def plan_scans(self, spark: SparkSession) -> None:
         """Plan each pruned scan here, as Spark would before running the query, so that the report has its figures."""
-        for scan, handle in self.pruned:
+        for scan, options in self.pruned:
             definition = catalog.load_definition(spark, scan.table)
             schema = definition.schema
             if scan.columns is not None:
                 schema = StructType([f for f in schema.fields if f.name in set(scan.columns)])
-            plan_scan(definition.scan_options.with_options(self._options(handle)), schema)
-
-    def _options(self, handle: str) -> dict[str, str]:
-        return {"dynamicFilter": handle, "filterStore": self.store.url,
-                **({"filterStoreOptions": self.store.options.to_json()} if self.store.options else {})}
+            plan_scan(definition.scan_options.with_options(options), schema)
 
 
 def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
@@ -88,25 +89,59 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
     detection = starjoin.detect(query, tables, spark.catalog.currentDatabase())
     result = Plan(query, store or FilterStore.of(None), notes=[
         r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals])
-    by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {}
+    by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
     for pruning in detection.prunings:
-        by_scan.setdefault(pruning.fact, []).append(pruning)
+        by_scan[pruning.fact].append(pruning)
     for scan, prunings in by_scan.items():
-        assignment, notes = _assign(spark, scan, prunings, tables, result.store, fallback_filter_ratio)
-        result.assignments.append(assignment)
-        result.notes += notes
+        definition = catalog.load_definition(spark, scan.table)
+        static = _partition_filter(scan, definition, tables[scan.table].columns)
+        assignment, notes = Assignment(_scan_name(scan)), []
+        if prunings:
+            assignment, notes = _assign(spark, scan, prunings, definition, tables, result.store, fallback_filter_ratio)
+        options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
-            result.pruned.append((scan, assignment.handle))
+            options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
+                        **({"filterStoreOptions": result.store.options.to_json()} if result.store.options else {})}
+        if options:
+            result.pruned.append((scan, options))
+            assignment = dataclasses.replace(assignment, partition_filter=static)
+        if prunings or static is not None:
+            result.assignments.append(assignment)
+        result.notes += notes
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
 
+def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,
+                      column_types: Mapping[str, str]) -> str | None:
+    """The query's own predicates on the scan's partition columns, as a ``partitionFilter`` (the stored one kept)."""
+    options = definition.scan_options
+    if not scan.predicates:
+        return None
+    partition_columns = {c.lower() for c in PartitionEnumerator(
+        *files.open_table(options.path, options.storage_options)).partition_columns()}
+    kept = []
+    for text in scan.predicates:
+        try:
+            predicate = PartitionFilter.parse(text)
+            predicate.check_types(column_types)
+        except ValueError:
+            continue  # not one partitionFilter evaluates exactly: Spark applies it to the rows read
+        if predicate.columns() <= partition_columns:
+            kept.append(text)
+    if not kept:
+        return None
+    stored = [options.partition_filter.text] if options.partition_filter is not None else []
+    return " AND ".join(f"({text})" for text in [*stored, *kept])
+
+
 def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
-            tables: Mapping[str, starjoin.TableInfo], store: FilterStore, ratio: float) -> tuple[Assignment, list[str]]:
+            definition: catalog.TableDefinition, tables: Mapping[str, starjoin.TableInfo], store: FilterStore,
+            ratio: float) -> tuple[Assignment, list[str]]:
     """The first pruning of ``scan`` worth applying (those on its first partition column tried first), and notes."""
     columns = tables[scan.table].columns
-    options = catalog.load_definition(spark, scan.table).scan_options
+    options = definition.scan_options
     level = benefit.top_level(options, columns)
     first = level.columns[0].lower() if level is not None else None
     ordered = sorted(prunings, key=lambda p: first not in {c.lower() for c in p.fact_columns})

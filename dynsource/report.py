@@ -121,6 +121,7 @@ class Assignment:
     collection_ms: float | None = None
     reason: str | None = None  # why the scan is not pruned (None when it is)
     columns: tuple[str, ...] | None = None  # the columns the pruned scan reads; None: all
+    partition_filter: str | None = None  # the query's own predicates on partition columns, given to the scan
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,11 @@ class QueryReport:
     def __str__(self) -> str:
         lines = []
         for assignment, scan in zip(self.assignments, self.scans(), strict=True):
+            if assignment.partition_filter is not None:
+                lines.append(f"{assignment.scan}: partitionFilter {assignment.partition_filter!r}")
             if assignment.handle is None:
-                lines.append(f"{assignment.scan}: not pruned ({assignment.reason})")
+                if assignment.reason is not None:
+                    lines.append(f"{assignment.scan}: not pruned dynamically ({assignment.reason})")
                 continue
             read = "all columns" if assignment.columns is None else f"columns {list(assignment.columns)}"
             lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys, "

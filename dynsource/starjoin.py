@@ -60,6 +60,7 @@ class FactScan:
     end: int  # exclusive
     written_alias: bool  # whether the text gives the alias (else it is the table's name)
     columns: tuple[str, ...] | None = None  # the table's columns the query uses; None: all (it selects a *)
+    predicates: tuple[str, ...] = ()  # WHERE conjuncts naming only this table, unqualified (it is not null-extended)
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,11 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Detection:
-    """What :func:`detect` found: the pairings to apply and the refusals to report."""
+    """What :func:`detect` found: the pairings to apply, the refusals to report, and every dynsource table scan."""
 
     prunings: tuple[Pruning, ...]
     refusals: tuple[Refusal, ...]
+    scans: tuple[FactScan, ...] = ()
 
 
 def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default") -> Detection:
@@ -130,10 +132,11 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
     statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star)
     prunings: list[Pruning] = []
     refusals: list[Refusal] = []
+    scans: list[FactScan] = []
     for scope in traverse_scope(qualified):
         if isinstance(scope.expression, exp.Select):
-            _Select(scope, statement, prunings, refusals).detect()
-    return Detection(tuple(_distinct(prunings)), tuple(refusals))
+            scans += _Select(scope, statement, prunings, refusals).detect()
+    return Detection(tuple(_distinct(prunings)), tuple(refusals), tuple(scans))
 
 
 def table_names(query: str) -> list[str]:
@@ -185,11 +188,12 @@ class _Select:
                                                            *(join.this for join in self.joins)]}
         self.null_supplied = self._null_supplied()
 
-    def detect(self) -> None:
+    def detect(self) -> list[FactScan]:
+        """Record the prunings and refusals of this SELECT; its dynsource table scans."""
         facts = {alias: self._fact(alias) for alias in self.nodes}
         facts = {alias: fact for alias, fact in facts.items() if fact is not None}
         if not facts:
-            return
+            return []
         placed = [(None, c) for c in self.where] + [(j, c) for j in self.joins for c in _conjuncts(j.args.get("on"))]
         pairs: dict[tuple[str, str], list[_Equality]] = {}
         for on, conjunct in placed:
@@ -202,6 +206,7 @@ class _Select:
             reason = self._pair(facts[fact], dimension, equalities)
             if reason is not None:
                 self.refusals.append(Refusal(facts[fact], reason))
+        return list(facts.values())
 
     def _fact(self, alias: str) -> FactScan | None:
         node, source = self.nodes[alias], self.scope.sources.get(alias)
@@ -212,7 +217,20 @@ class _Select:
             return None
         start = _start(node)
         return FactScan(_table_name(node), alias, start, node.this.meta["end"] + 1, start in self.statement.aliased,
-                        None if self.statement.star else self._used_columns(alias, info))
+                        None if self.statement.star else self._used_columns(alias, info), self._predicates(alias))
+
+    def _predicates(self, alias: str) -> tuple[str, ...]:
+        """The WHERE conjuncts on ``alias`` alone, unqualified; none when an outer join may null-extend it."""
+        if alias in self.null_supplied:
+            return ()
+        found = []
+        for conjunct in self.where:
+            if _only_source(conjunct) == alias:
+                unqualified = conjunct.copy()
+                for column in unqualified.find_all(exp.Column):
+                    column.set("table", None)
+                found.append(unqualified.sql("spark"))
+        return tuple(found)
 
     def _used_columns(self, alias: str, info: TableInfo) -> tuple[str, ...]:
         """The table's columns named with ``alias`` anywhere (a superset when the alias is reused elsewhere)."""

@@ -113,6 +113,20 @@ def catalog_sql(spark, dynsource, paths):
     return {"equal": rows(pruned) == rows(native), "report": report_facts(dynsource.scan_report(handle))}
 
 
+def auto_dpp(spark, dynsource, paths):
+    """The plain query through dynsource.sql: it finds the join and prunes it itself."""
+    dynsource.register_table(spark, "cluster_auto_sales", path=paths["store_sales"], replace=True)
+    spark.read.parquet(paths["date_dim"]).createOrReplaceTempView("cluster_dates")
+    spark.read.parquet(paths["store_sales"]).createOrReplaceTempView("cluster_sales_native")
+    query = """SELECT d_moy, count(*), sum(ss_sales_price) FROM {fact} s
+               JOIN cluster_dates d ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {month} GROUP BY d_moy"""
+    pruned = dynsource.sql(spark, query.format(fact="cluster_auto_sales", month=MONTH))
+    native = spark.sql(query.format(fact="cluster_sales_native", month=MONTH))
+    equal = rows(pruned) == rows(native)
+    (scan,) = dynsource.scan_report(pruned).scans()
+    return {"equal": equal, "report": report_facts(scan)}
+
+
 def late_filter(spark, dynsource, paths):
     dim = spark.read.parquet(paths["date_dim"]).where(f"d_moy = {MONTH}")
     handle = dynsource.collect(dim, {"ss_sold_date_sk": "d_date_sk"}, wait=False)
@@ -153,7 +167,7 @@ def s3_store(spark, dynsource, paths):
 
 
 FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in
-                          (demo_join, row_filter, dynamic_join, catalog_sql, late_filter, s3_store)}
+                          (demo_join, row_filter, dynamic_join, catalog_sql, auto_dpp, late_filter, s3_store)}
 
 
 class _Warnings(logging.Handler):

@@ -163,6 +163,20 @@ def test_joins_that_must_not_or_need_not_prune_run_as_written_and_say_why(star, 
     assert reason in str(report)
 
 
+def test_the_query_predicates_on_partition_columns_prune_through_partition_filter(star):
+    rows, report = run(star, "SELECT count(*), sum(ss_sales_price) FROM {fact} s WHERE s.ss_sold_date_sk < 12 "
+                             "AND ss_store_sk > 2 AND ss_sold_date_sk % 2 = 0")
+    assert rows[0][0] > 0
+    (assignment,) = report.assignments
+    assert assignment.handle is None and assignment.partition_filter == "(ss_sold_date_sk < 12)"
+    assert report.scans() == [None]  # no dynamic filter, so no dynamic scan report
+    _, joined = run(star, "SELECT d_moy, count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                          "WHERE d_moy = 3 AND ss_sold_date_sk BETWEEN 0 AND 10 GROUP BY d_moy")
+    (both,) = joined.assignments
+    assert both.handle is not None and both.partition_filter == "(ss_sold_date_sk BETWEEN 0 AND 10)"
+    assert joined.scans()[0].partitions_kept == 1  # of the March days 2, 14, 26, 38 and 50, only 2 is at most 10
+
+
 def test_a_query_sqlglot_cannot_read_runs_as_spark_sql(star):
     query = "SELECT count(*) FROM {fact} WHERE exists(array(1, 2), x -> x > ss_store_sk)"
     _, report = run(star, query, fact="store_sales_all")

@@ -78,7 +78,7 @@ def assert_pruned(report: dict) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["demo_join", "dynamic_join", "catalog_sql", "late_filter"])
+@pytest.mark.parametrize("name", ["demo_join", "dynamic_join", "catalog_sql", "auto_dpp", "late_filter"])
 def test_partition_pruning_flows_equal_spark(request, mode, name):
     result = flow(request, mode, name)
     assert result["equal"]

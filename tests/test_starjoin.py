@@ -173,3 +173,13 @@ def test_exists_correlated_by_equalities_is_a_semi_join():
                  "d.d_date_sk > store_sales.ss_sold_date_sk AND d.d_year = 2000)") == []
     assert any("no selective predicate" in reason for reason in reasons(
         "SELECT * FROM store_sales WHERE EXISTS (SELECT 1 FROM date_dim d WHERE d.d_date_sk = ss_sold_date_sk)"))
+
+
+def test_each_scan_carries_the_where_conjuncts_on_it_alone_unless_an_outer_join_null_extends_it():
+    found = detect("SELECT * FROM store_sales s WHERE s.ss_sold_date_sk < 10 AND ss_store_sk IN (1, 2) "
+                   "AND s.ss_item_sk = s.ss_store_sk + 1 AND ss_item_sk IN (SELECT i_item_sk FROM item)", TABLES)
+    (scan,) = found.scans
+    assert scan.predicates == ("ss_sold_date_sk < 10", "ss_store_sk IN (1, 2)", "ss_item_sk = ss_store_sk + 1")
+    (outer,) = detect("SELECT * FROM date_dim LEFT JOIN store_sales ON ss_sold_date_sk = d_date_sk "
+                      "WHERE ss_sold_date_sk < 10", TABLES).scans
+    assert outer.predicates == ()
