@@ -11,6 +11,8 @@ The rewritten query then runs in Spark as usual.
 A reader takes one dynamic filter, so a fact scan joined to several filtered
 dimensions gets the first filter (in the query's order, those on partition
 columns first) that passes the benefit check; the report says so of the others.
+The query's own predicates on the fact's partition columns go to the same view
+as its ``partitionFilter``, so they prune directories too.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
                         **({"filterStoreOptions": result.store.options.to_json()} if result.store.options else {})}
         if options:
             result.pruned.append((scan, options))
-            assignment = dataclasses.replace(assignment, partition_filter=static)
+            assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
         if prunings or static is not None:
             result.assignments.append(assignment)
         result.notes += notes
@@ -164,8 +166,7 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
             continue
         handle = filter_store.publish(data, store)
         notes += [f"{other}: not applied, a scan takes one dynamic filter" for other in ordered[index + 1:]]
-        return Assignment(_scan_name(scan), str(pruning), handle, data.kind, len(data), collection_ms,
-                          columns=scan.columns), notes
+        return Assignment(_scan_name(scan), str(pruning), handle, data.kind, len(data), collection_ms), notes
     return Assignment(_scan_name(scan), reason="; ".join(notes)), []
 
 
