@@ -177,6 +177,18 @@ def test_the_query_predicates_on_partition_columns_prune_through_partition_filte
     assert joined.scans()[0].partitions_kept == 1  # of the March days 2, 14, 26, 38 and 50, only 2 is at most 10
 
 
+def test_a_reference_that_carries_its_own_dynamic_filter_is_left_alone(star):
+    handle = dynsource.collect(star.sql("SELECT d_date_sk FROM date_dim WHERE d_year = 2000 AND d_moy = 5"),
+                               {"ss_sold_date_sk": "d_date_sk"})
+    query = ("SELECT count(*), sum(ss_sales_price) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+             "WHERE d_year = 2000 AND d_moy = 5")
+    expected = star.sql(query.format(fact="store_sales_native")).collect()
+    df = dynsource.sql(star, query.format(fact=f"store_sales WITH ('dynamicFilter' = '{handle}')"))
+    assert df.collect() == expected
+    assert dynsource.scan_report(df).assignments == ()
+    assert dynsource.scan_report(handle).partitions_kept == 2
+
+
 def test_a_query_sqlglot_cannot_read_runs_as_spark_sql(star):
     query = "SELECT count(*) FROM {fact} WHERE exists(array(1, 2), x -> x > ss_store_sk)"
     _, report = run(star, query, fact="store_sales_all")
