@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
 from dynsource import autodpp, catalog, report
+
+log = logging.getLogger(__name__)
 
 VIEW_PREFIX = "__dynsource_ref_"
 # Where a table reference starts: a table name follows these tokens.
@@ -108,7 +111,14 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     text = _with_options_read(spark, query)
     if args or kwargs:  # the dimension queries would lose the parameters' values
         return spark.sql(text, args, **kwargs)
-    plan = autodpp.plan(spark, text)
+    try:
+        plan = autodpp.plan(spark, text)
+    except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
+        log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
+                    error)
+        df = spark.sql(text)
+        report.record_query(df, report.QueryReport((), (f"the query could not be analysed: {error}",)))
+        return df
     df = spark.sql(plan.rewrite(spark))
     report.record_query(df, plan.report)
     return df

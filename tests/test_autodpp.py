@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dynsource
-from dynsource import cli
+from dynsource import cli, starjoin
 from dynsource.report import QueryReport
 
 DAYS = 60
@@ -187,6 +187,15 @@ def test_a_reference_that_carries_its_own_dynamic_filter_is_left_alone(star):
     assert df.collect() == expected
     assert dynsource.scan_report(df).assignments == ()
     assert dynsource.scan_report(handle).partitions_kept == 2
+
+
+def test_an_analysis_that_fails_runs_the_query_as_written(star, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("an analysis defect")
+
+    monkeypatch.setattr(starjoin, "detect", broken)
+    _, report = run(star, PRUNED["q3"], fact="store_sales_all")
+    assert report.assignments == () and report.notes == ("the query could not be analysed: an analysis defect",)
 
 
 def test_a_query_sqlglot_cannot_read_runs_as_spark_sql(star):
