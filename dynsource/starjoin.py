@@ -39,6 +39,8 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from dynsource import sqltree
+
 _INTEGRAL_WIDTH = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 
 
@@ -118,7 +120,7 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
     """
     try:
         parsed = sqlglot.parse_one(query, read="spark")
-        aliased = {_start(table) for table in parsed.find_all(exp.Table) if table.alias}
+        aliased = {sqltree.start(table) for table in parsed.find_all(exp.Table) if table.alias}
         star = any(not isinstance(star.parent, exp.Count) for star in parsed.find_all(exp.Star))
         schema: dict[str, dict[str, dict[str, str]]] = {}
         for name, info in tables.items():
@@ -146,7 +148,7 @@ def table_names(query: str) -> list[str]:
     except SqlglotError:
         return []
     ctes = {cte.alias_or_name.lower() for cte in parsed.find_all(exp.CTE)}
-    return sorted({_table_name(table) for table in parsed.find_all(exp.Table)} - ctes)
+    return sorted({sqltree.table_name(table) for table in parsed.find_all(exp.Table)} - ctes)
 
 
 class _Statement(NamedTuple):
@@ -180,7 +182,7 @@ class _Select:
         self.tables = statement.tables
         self.prunings = prunings
         self.refusals = refusals
-        self.where = _conjuncts(self.select.args.get("where"))
+        self.where = sqltree.conjuncts(self.select.args.get("where"))
         self.joins: list[exp.Join] = self.select.args.get("joins") or []
         first = self.select.args.get("from_")
         # Every source joined here, semi-joined ones too (Scope.selected_sources leaves those out).
@@ -194,7 +196,8 @@ class _Select:
         facts = {alias: fact for alias, fact in facts.items() if fact is not None}
         if not facts:
             return []
-        placed = [(None, c) for c in self.where] + [(j, c) for j in self.joins for c in _conjuncts(j.args.get("on"))]
+        placed = [(None, c) for c in self.where]
+        placed += [(j, c) for j in self.joins for c in sqltree.conjuncts(j.args.get("on"))]
         pairs: dict[tuple[str, str], list[_Equality]] = {}
         for on, conjunct in placed:
             if on is None:
@@ -212,12 +215,13 @@ class _Select:
         node, source = self.nodes[alias], self.scope.sources.get(alias)
         if not isinstance(source, exp.Table):
             return None  # a subquery or a CTE
-        info = self.tables.get(_table_name(node))
+        info = self.tables.get(sqltree.table_name(node))
         if info is None or not info.dynsource:
             return None
-        start = _start(node)
-        return FactScan(_table_name(node), alias, start, node.this.meta["end"] + 1, start in self.statement.aliased,
-                        None if self.statement.star else self._used_columns(alias, info), self._predicates(alias))
+        start = sqltree.start(node)
+        columns = None if self.statement.star else self._used_columns(alias, info)
+        return FactScan(sqltree.table_name(node), alias, start, node.this.meta["end"] + 1,
+                        start in self.statement.aliased, columns, self._predicates(alias))
 
     def _predicates(self, alias: str) -> tuple[str, ...]:
         """The WHERE conjuncts on ``alias`` alone, unqualified; none when an outer join may null-extend it."""
@@ -225,7 +229,7 @@ class _Select:
             return ()
         found = []
         for conjunct in self.where:
-            if _only_source(conjunct) == alias:
+            if sqltree.only_source(conjunct) == alias:
                 unqualified = conjunct.copy()
                 for column in unqualified.find_all(exp.Column):
                     column.set("table", None)
@@ -244,7 +248,7 @@ class _Select:
         null_safe = isinstance(conjunct, exp.NullSafeEQ)
         found = []
         for fact_side, dim_side in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
-            dimension, fact_alias = _only_source(dim_side), _only_source(fact_side)
+            dimension, fact_alias = sqltree.only_source(dim_side), sqltree.only_source(fact_side)
             if fact_alias not in facts or dimension is None or dimension == fact_alias or dimension not in self.nodes:
                 continue
             column = self._fact_column(fact_side, facts)
@@ -267,11 +271,11 @@ class _Select:
             return
         subquery = query.this if isinstance(query, exp.Subquery) else query
         outputs = subquery.selects if isinstance(subquery, exp.Query) else []
-        if len(outputs) != len(columns) or _correlated(subquery, self.scope):
+        if len(outputs) != len(columns) or sqltree.correlated(subquery, self.scope):
             self.refusals.append(Refusal(facts[columns[0][0]], f"{conjunct.sql('spark')}: a correlated or "
                                          "mismatched IN subquery is not pruned"))
             return
-        if not _selective(subquery):
+        if not sqltree.selective(subquery):
             self.refusals.append(Refusal(facts[columns[0][0]], f"{conjunct.sql('spark')}: the subquery has no "
                                          "selective predicate"))
             return
@@ -289,10 +293,10 @@ class _Select:
             return
         inner = subquery.args["from_"].this.alias_or_name if subquery.args.get("from_") else None
         correlated, local = [], []
-        for predicate in _conjuncts(subquery.args.get("where")):
+        for predicate in sqltree.conjuncts(subquery.args.get("where")):
             outer = {column.table for column in predicate.find_all(exp.Column) if column.table != inner}
             (correlated if outer else local).append(predicate)
-        equalities = [_correlation(p, inner, facts) for p in correlated]
+        equalities = [sqltree.correlation(p, inner, facts) for p in correlated]
         refused = (not equalities or None in equalities or len({alias for alias, _, _ in equalities}) != 1
                    or any(subquery.args.get(part) for part in ("group", "having", "limit")))
         if refused:
@@ -301,7 +305,7 @@ class _Select:
                                                    "equalities with one fact's columns is pruned"))
             return
         fact = facts[equalities[0][0]]
-        if not any(_selective_predicate(p) for p in local):
+        if not any(sqltree.selective_predicate(p) for p in local):
             self.refusals.append(Refusal(fact, f"{conjunct.sql('spark')}: the subquery has no selective predicate"))
             return
         keyed = subquery.copy()
@@ -344,18 +348,18 @@ class _Select:
         """Record the pruning of ``fact`` by ``dimension`` through all their equalities, or say why not."""
         node, source = self.nodes[dimension], self.scope.sources.get(dimension)
         places = [*self.where, *(c for join in {id(e.on): e.on for e in equalities if e.on}.values()
-                                 for c in _conjuncts(join.args.get("on")))]
-        predicates = [c for c in places if _only_source(c) == dimension]
-        selective = any(_selective_predicate(p) for p in predicates)
+                                 for c in sqltree.conjuncts(join.args.get("on")))]
+        predicates = [c for c in places if sqltree.only_source(c) == dimension]
+        selective = any(sqltree.selective_predicate(p) for p in predicates)
         if isinstance(source, Scope):  # a subquery, or a CTE (named by a Table node)
-            selective = selective or _selective(source.expression)
+            selective = selective or sqltree.selective(source.expression)
         if not selective:
             return f"dimension '{dimension}' has no selective predicate"
         keys = [e.key for e in equalities]
         keyed = exp.select(*[exp.alias_(key.copy(), f"k{i}") for i, key in enumerate(keys)]).from_(node.copy())
         if predicates:
             keyed = keyed.where(exp.and_(*[p.copy() for p in predicates]))
-        name = _table_name(node) if isinstance(source, exp.Table) else dimension
+        name = sqltree.table_name(node) if isinstance(source, exp.Table) else dimension
         self.prunings.append(Pruning(fact, tuple(e.column for e in equalities), name,
                                      tuple(key.sql("spark") for key in keys), self._with_ctes(keyed),
                                      null_safe=any(e.null_safe for e in equalities)))
@@ -364,7 +368,7 @@ class _Select:
     def _with_ctes(self, query: exp.Select) -> str:
         if self.statement.ctes is not None:
             query.set("with_", self.statement.ctes.copy())
-        return _as_written(query).sql("spark")
+        return sqltree.as_written(query).sql("spark")
 
     def _null_supplied(self) -> set[str]:
         """Aliases whose rows an outer join of this SELECT may null-extend."""
@@ -379,78 +383,6 @@ class _Select:
                 supplied.update(seen)
             seen.append(joined)
         return supplied
-
-
-def _correlation(predicate: exp.Expression, inner: str | None,
-                 facts: Mapping[str, FactScan]) -> tuple[str, str, exp.Expression] | None:
-    """(fact alias, fact column, inner key) of ``inner.key = fact.column``, or None for any other predicate."""
-    if not isinstance(predicate, exp.EQ):
-        return None
-    for fact_side, inner_side in ((predicate.this, predicate.expression), (predicate.expression, predicate.this)):
-        if (isinstance(fact_side, exp.Column) and fact_side.table in facts and inner is not None
-                and _only_source(inner_side) == inner):
-            return fact_side.table, fact_side.name, inner_side
-    return None
-
-
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    node = node.this if isinstance(node, exp.Where) else node
-    return list(node.flatten()) if isinstance(node, exp.And) else [node.unnest()]
-
-
-def _only_source(node: exp.Expression) -> str | None:
-    """The one source alias all of ``node``'s columns name, or None (also when it holds a subquery)."""
-    if node.find(exp.Query) is not None:
-        return None
-    tables = {column.table for column in node.find_all(exp.Column)}
-    return next(iter(tables)) if len(tables) == 1 and "" not in tables else None
-
-
-def _selective_predicate(predicate: exp.Expression) -> bool:
-    """A predicate that drops rows other than those with nulls (``IS NOT NULL`` alone does not)."""
-    if isinstance(predicate, exp.Not) and isinstance(predicate.this, exp.Is):
-        return False
-    return not (isinstance(predicate, exp.Is) and isinstance(predicate.expression, exp.Null))
-
-
-def _selective(query: exp.Expression) -> bool:
-    """Whether a derived dimension filters, aggregates or limits anywhere inside."""
-    for select in query.find_all(exp.Select):
-        if any(_selective_predicate(c) for c in _conjuncts(select.args.get("where"))):
-            return True
-        if select.args.get("group") or select.args.get("limit") or select.args.get("having"):
-            return True
-    return False
-
-
-def _correlated(subquery: exp.Expression, outer: Scope) -> bool:
-    inner_sources = {table.alias_or_name for table in subquery.find_all(exp.Table)}
-    return any(column.table and column.table not in inner_sources and column.table in outer.sources
-               for column in subquery.find_all(exp.Column))
-
-
-def _as_written(query: exp.Expression) -> exp.Expression:
-    """``query`` with the database and catalog qualify() added to table names taken out again.
-
-    Spark resolves an unqualified name to a temporary view first; ``default.name`` never does.
-    """
-    for table in query.find_all(exp.Table):
-        for part in ("db", "catalog"):
-            identifier = table.args.get(part)
-            if identifier is not None and "start" not in identifier.meta:
-                table.set(part, None)
-    return query
-
-
-def _table_name(table: exp.Table) -> str:
-    return ".".join(part.name.lower() for part in table.parts)
-
-
-def _start(table: exp.Table) -> int:
-    # Parts qualify() added (the database) have no position in the text.
-    return min(part.meta["start"] for part in table.parts if "start" in part.meta)
 
 
 def _distinct(prunings: list[Pruning]) -> list[Pruning]:

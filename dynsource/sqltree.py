@@ -1,0 +1,84 @@
+"""Reading sqlglot trees of Spark SQL: conjuncts, the one source an expression names, selectivity, names.
+
+Helpers of :mod:`dynsource.starjoin`, on trees qualified by sqlglot's ``qualify``
+(every column names its source).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+
+def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    node = node.this if isinstance(node, exp.Where) else node
+    return list(node.flatten()) if isinstance(node, exp.And) else [node.unnest()]
+
+
+def only_source(node: exp.Expression) -> str | None:
+    """The one source alias all of ``node``'s columns name, or None (also when it holds a subquery)."""
+    if node.find(exp.Query) is not None:
+        return None
+    tables = {column.table for column in node.find_all(exp.Column)}
+    return next(iter(tables)) if len(tables) == 1 and "" not in tables else None
+
+
+def selective_predicate(predicate: exp.Expression) -> bool:
+    """A predicate that drops rows other than those with nulls (``IS NOT NULL`` alone does not)."""
+    if isinstance(predicate, exp.Not) and isinstance(predicate.this, exp.Is):
+        return False
+    return not (isinstance(predicate, exp.Is) and isinstance(predicate.expression, exp.Null))
+
+
+def selective(query: exp.Expression) -> bool:
+    """Whether a derived dimension filters, aggregates or limits anywhere inside."""
+    for select in query.find_all(exp.Select):
+        if any(selective_predicate(c) for c in conjuncts(select.args.get("where"))):
+            return True
+        if select.args.get("group") or select.args.get("limit") or select.args.get("having"):
+            return True
+    return False
+
+
+def correlated(subquery: exp.Expression, outer: Scope) -> bool:
+    inner_sources = {table.alias_or_name for table in subquery.find_all(exp.Table)}
+    return any(column.table and column.table not in inner_sources and column.table in outer.sources
+               for column in subquery.find_all(exp.Column))
+
+
+def as_written(query: exp.Expression) -> exp.Expression:
+    """``query`` with the database and catalog qualify() added to table names taken out again.
+
+    Spark resolves an unqualified name to a temporary view first; ``default.name`` never does.
+    """
+    for table in query.find_all(exp.Table):
+        for part in ("db", "catalog"):
+            identifier = table.args.get(part)
+            if identifier is not None and "start" not in identifier.meta:
+                table.set(part, None)
+    return query
+
+
+def table_name(table: exp.Table) -> str:
+    return ".".join(part.name.lower() for part in table.parts)
+
+
+def start(table: exp.Table) -> int:
+    # Parts qualify() added (the database) have no position in the text.
+    return min(part.meta["start"] for part in table.parts if "start" in part.meta)
+
+
+def correlation(predicate: exp.Expression, inner: str | None,
+                facts: Collection[str]) -> tuple[str, str, exp.Expression] | None:
+    """(fact alias, fact column, inner key) of ``inner.key = fact.column``, or None for any other predicate."""
+    if not isinstance(predicate, exp.EQ):
+        return None
+    for fact_side, inner_side in ((predicate.this, predicate.expression), (predicate.expression, predicate.this)):
+        if (isinstance(fact_side, exp.Column) and fact_side.table in facts and inner is not None
+                and only_source(inner_side) == inner):
+            return fact_side.table, fact_side.name, inner_side
+    return None
