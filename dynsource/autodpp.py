@@ -21,16 +21,16 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import benefit, catalog, collector, files, starjoin
+from dynsource import benefit, catalog, collector, starjoin
 from dynsource import store as filter_store
-from dynsource.enumerator import PartitionEnumerator
+from dynsource.enumerator import Level
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scan import plan_scan
@@ -87,7 +87,7 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
 
     Runs the dimension queries (Spark jobs), not the query itself.
     """
-    tables = _table_infos(spark, query)
+    tables, definitions = _table_infos(spark, query)
     detection = starjoin.detect(query, tables, spark.catalog.currentDatabase())
     result = Plan(query, store or FilterStore.of(None), notes=[
         r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals])
@@ -95,11 +95,12 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
     for scan, prunings in by_scan.items():
-        definition = catalog.load_definition(spark, scan.table)
-        static = _partition_filter(scan, definition, tables[scan.table].columns)
+        definition, columns = definitions[scan.table], tables[scan.table].columns
+        shape = benefit.survey(definition.scan_options, columns) if prunings or scan.predicates else None
+        static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
-            assignment, notes = _assign(spark, scan, prunings, definition, tables, result.store, fallback_filter_ratio)
+            assignment, notes = _assign(spark, scan, prunings, columns, shape.top, result.store, fallback_filter_ratio)
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
             options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
@@ -116,13 +117,10 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
 
 
 def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,
-                      column_types: Mapping[str, str]) -> str | None:
+                      column_types: Mapping[str, str], partition_columns: Sequence[str]) -> str | None:
     """The query's own predicates on the scan's partition columns, as a ``partitionFilter`` (the stored one kept)."""
     options = definition.scan_options
-    if not scan.predicates:
-        return None
-    partition_columns = {c.lower() for c in PartitionEnumerator(
-        *files.open_table(options.path, options.storage_options)).partition_columns()}
+    partition_columns = {column.lower() for column in partition_columns}
     kept = []
     for text in scan.predicates:
         try:
@@ -139,12 +137,9 @@ def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefiniti
 
 
 def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
-            definition: catalog.TableDefinition, tables: Mapping[str, starjoin.TableInfo], store: FilterStore,
+            columns: Mapping[str, str], level: Level | None, store: FilterStore,
             ratio: float) -> tuple[Assignment, list[str]]:
-    """The first pruning of ``scan`` worth applying (those on its first partition column tried first), and notes."""
-    columns = tables[scan.table].columns
-    options = definition.scan_options
-    level = benefit.top_level(options, columns)
+    """The first pruning of ``scan`` worth applying (those on ``level``'s column, its first, tried first), and notes."""
     first = level.columns[0].lower() if level is not None else None
     ordered = sorted(prunings, key=lambda p: first not in {c.lower() for c in p.fact_columns})
     notes = []
@@ -170,22 +165,23 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
     return Assignment(_scan_name(scan), reason="; ".join(notes)), []
 
 
-def _table_infos(spark: SparkSession, query: str) -> dict[str, starjoin.TableInfo]:
-    """What the query's table names are: registered dynsource tables, or Spark's tables and views."""
-    infos = {}
+def _table_infos(spark: SparkSession, query: str,
+                 ) -> tuple[dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition]]:
+    """What the query's table names are (registered dynsource tables, or Spark's tables and views), by qualified
+    lower-case name, and the definitions of the dynsource ones."""
+    infos, definitions = {}, {}
     for name in starjoin.table_names(query):
-        qualified = name if "." in name else f"{spark.catalog.currentDatabase()}.{name}"
+        qualified = (name if "." in name else f"{spark.catalog.currentDatabase()}.{name}").lower()
         try:
-            definition = catalog.load_definition(spark, qualified)
-            schema, dynsource = definition.schema, True
+            definitions[qualified] = catalog.load_definition(spark, qualified)
+            schema, dynsource = definitions[qualified].schema, True
         except ValueError:  # not a registered dynsource table
             try:
                 schema, dynsource = spark.table(name).schema, False
             except AnalysisException:
                 continue  # a CTE name, or a table Spark will report as missing
-        infos[qualified.lower()] = starjoin.TableInfo(
-            {f.name: f.dataType.simpleString() for f in schema.fields}, dynsource)
-    return infos
+        infos[qualified] = starjoin.TableInfo({f.name: f.dataType.simpleString() for f in schema.fields}, dynsource)
+    return infos, definitions
 
 
 def _scan_name(scan: starjoin.FactScan) -> str:

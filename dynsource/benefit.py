@@ -1,14 +1,15 @@
 """The benefit check of a dynamic filter, as Spark's ``fallbackFilterRatio``: skip a filter that keeps most partitions.
 
-It is judged on the fact table's top-level partition directories: one listing
-of the table's root (the enumerator's, with its checks, told to descend
-nowhere). A filter that does not constrain the first partition column is
-assumed to pay.
+It is judged on the fact table's top-level partition directories, which
+:func:`survey` lists (the enumerator's walk, with its checks, down one branch:
+the same walk tells the partition columns). A filter that does not constrain the
+first partition column is assumed to pay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,17 +22,25 @@ from dynsource.options import ScanOptions
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
 
 
-def top_level(fact: ScanOptions, column_types: Mapping[str, str]) -> Level | None:
-    """The fact table's first level of partition directories, typed; None when it is not partitioned."""
+@dataclass(frozen=True)
+class Survey:
+    """What one walk down the fact table's first branch tells: its partition columns and its typed top level."""
+
+    columns: tuple[str, ...]
+    top: Level | None  # None when the table is not partitioned
+
+
+def survey(fact: ScanOptions, column_types: Mapping[str, str]) -> Survey:
+    """Walk the fact table down its first directory at each level: one listing per partition level."""
     levels: list[Level] = []
 
-    def record_first_level(level: Level) -> list[bool]:
+    def first_only(level: Level) -> list[bool]:
         levels.append(level)
-        return [False] * len(level.raw_rows)
+        return [index == 0 for index in range(len(level.raw_rows))]
 
     enumerator = PartitionEnumerator(*files.open_table(fact.path, fact.storage_options))
-    enumerator.enumerate(record_first_level, PartitionTyping(column_types))
-    return levels[0] if levels else None
+    listing = enumerator.enumerate(first_only, PartitionTyping(column_types))
+    return Survey(listing.columns, levels[0] if levels else None)
 
 
 def no_benefit(data: DynamicFilteringData, level: Level | None, ratio: float) -> str | None:

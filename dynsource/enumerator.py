@@ -181,10 +181,6 @@ class PartitionEnumerator:
         listing.values = values
         return listing
 
-    def partition_columns(self) -> tuple[str, ...]:
-        """The table's partition columns, found by descending into the first directory of each level."""
-        return self.enumerate(lambda level: [index == 0 for index in range(len(level.raw_rows))]).columns
-
     def _root_info(self) -> dict:
         try:
             return self.fs.info(self.root)
