@@ -96,7 +96,8 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
         by_scan[pruning.fact].append(pruning)
     for scan, prunings in by_scan.items():
         definition, columns = definitions[scan.table], tables[scan.table].columns
-        shape = benefit.survey(definition.scan_options, columns) if prunings or scan.predicates else None
+        shape = (benefit.survey(definition.scan_options, columns, deep=bool(scan.predicates))
+                 if prunings or scan.predicates else None)
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:

@@ -30,13 +30,16 @@ class Survey:
     top: Level | None  # None when the table is not partitioned
 
 
-def survey(fact: ScanOptions, column_types: Mapping[str, str]) -> Survey:
-    """Walk the fact table down its first directory at each level: one listing per partition level."""
+def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = True) -> Survey:
+    """Walk the fact table down its first directory at each level: one listing per partition level.
+
+    ``deep=False`` lists the top level only (one listing); ``Survey.columns`` then names its column alone.
+    """
     levels: list[Level] = []
 
     def first_only(level: Level) -> list[bool]:
         levels.append(level)
-        return [index == 0 for index in range(len(level.raw_rows))]
+        return [deep and index == 0 for index in range(len(level.raw_rows))]
 
     enumerator = PartitionEnumerator(*files.open_table(fact.path, fact.storage_options))
     listing = enumerator.enumerate(first_only, PartitionTyping(column_types))

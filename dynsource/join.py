@@ -142,7 +142,7 @@ def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
 
 def _first_worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
     """The assignment of the first dimension whose filter pays (first partition column first), and notes."""
-    level = benefit.survey(fact_options, types).top
+    level = benefit.survey(fact_options, types, deep=False).top
     first = level.columns[0] if level is not None else None
     ordered = sorted(range(len(dims)), key=lambda i: first not in [f for f, _ in dims[i][1]])
     notes = []
