@@ -8,9 +8,11 @@ puts in the fact reference's place a temporary view that reads the table through
 its own source with the filter's handle and only the columns the query uses.
 The rewritten query then runs in Spark as usual.
 
-A reader takes one dynamic filter, so a fact scan joined to several filtered
-dimensions gets the first filter (in the query's order, those on partition
-columns first) that passes the benefit check; the report says so of the others.
+A fact scan joined to several dimensions gets one filter that combines every
+filter worth applying (:mod:`dynsource.filtering.conjunction`: the product of
+exact key sets, within the collector's limits); one that does not combine (a
+Bloom filter, too many keys) is left out, those on the first partition column
+kept first, and the report says so.
 The query's own predicates on the fact's partition columns go to the same view
 as its ``partitionFilter``, so they prune directories too.
 """
@@ -31,6 +33,7 @@ from pyspark.sql.types import StructType
 from dynsource import benefit, catalog, collector, starjoin
 from dynsource import store as filter_store
 from dynsource.enumerator import Level
+from dynsource.filtering import DynamicFilteringData, conjunction
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scan import plan_scan
@@ -39,6 +42,9 @@ from dynsource.storage import FilterStore
 log = logging.getLogger(__name__)
 
 VIEW_PREFIX = "__dynsource_dpp_"
+# A dimension side without a selective predicate still prunes when it is this small (Spark's DPP and runtime
+# filters also accept a small creation side); its keys are then collected exactly.
+SMALL_RELATION_ROWS = 10_000
 
 
 @dataclass
@@ -140,30 +146,46 @@ def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefiniti
 def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
             columns: Mapping[str, str], level: Level | None, store: FilterStore,
             ratio: float) -> tuple[Assignment, list[str]]:
-    """The first pruning of ``scan`` worth applying (those on ``level``'s column, its first, tried first), and notes."""
+    """The filter of ``scan``: its prunings worth applying, combined (those on ``level``'s column first), and notes."""
     first = level.columns[0].lower() if level is not None else None
     ordered = sorted(prunings, key=lambda p: first not in {c.lower() for c in p.fact_columns})
-    notes = []
-    for index, pruning in enumerate(ordered):
-        started = time.perf_counter()
-        types = {column: columns[column] for column in pruning.fact_columns}
-        keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
-        try:
-            data = collector.collect_data(spark.sql(pruning.dimension_sql), keys, types=types,
-                                          null_safe=pruning.null_safe)
-        except Exception as error:  # never worse than spark.sql: the query runs unpruned
-            log.warning("dynsource: the dimension query of %s failed, not pruning with it: %s", pruning, error)
-            notes.append(f"{pruning}: its dimension query failed: {error}")
-            continue
-        collection_ms = round((time.perf_counter() - started) * 1000, 1)
-        reason = benefit.no_benefit(data, level, ratio)
+    started = time.perf_counter()
+    worth, notes = [], []
+    for pruning in ordered:
+        data, reason = _collect(spark, pruning, columns)
+        reason = reason or benefit.no_benefit(data, level, ratio)
         if reason is not None:
             notes.append(f"{pruning}: {reason}")
-            continue
-        handle = filter_store.publish(data, store)
-        notes += [f"{other}: not applied, a scan takes one dynamic filter" for other in ordered[index + 1:]]
-        return Assignment(_scan_name(scan), str(pruning), handle, data.kind, len(data), collection_ms), notes
-    return Assignment(_scan_name(scan), reason="; ".join(notes)), []
+        else:
+            worth.append((str(pruning), data))
+    if not worth:
+        return Assignment(_scan_name(scan), reason="; ".join(notes)), []
+    applied, data, left_out = conjunction.combine(worth, max_rows=collector.DEFAULT_MAX_ROWS,
+                                                  max_bytes=collector.DEFAULT_MAX_BYTES)
+    collection_ms = round((time.perf_counter() - started) * 1000, 1)
+    handle = filter_store.publish(data, store)
+    return (Assignment(_scan_name(scan), " AND ".join(applied), handle, data.kind, len(data), collection_ms),
+            notes + left_out)
+
+
+def _collect(spark: SparkSession, pruning: starjoin.Pruning,
+             columns: Mapping[str, str]) -> tuple[DynamicFilteringData | None, str | None]:
+    """The keys of ``pruning``'s dimension query, or None and why they are not used.
+
+    A dimension side without a selective predicate is used only if it is a small
+    relation: a probe that stops after ``SMALL_RELATION_ROWS + 1`` rows counts it first.
+    """
+    types = {column: columns[column] for column in pruning.fact_columns}
+    keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
+    try:
+        dimension = spark.sql(pruning.dimension_sql)
+        if not pruning.selective and dimension.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
+            return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
+                          "(not a small relation)")
+        return collector.collect_data(dimension, keys, types=types, null_safe=pruning.null_safe), None
+    except Exception as error:  # never worse than spark.sql: the query runs unpruned
+        log.warning("dynsource: the dimension query of %s failed, not pruning with it: %s", pruning, error)
+        return None, f"its dimension query failed: {error}"
 
 
 def _table_infos(spark: SparkSession, query: str,

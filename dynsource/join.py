@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 from dynsource import benefit, catalog, collector, report
 from dynsource import store as filter_store
 from dynsource.benefit import DEFAULT_FALLBACK_FILTER_RATIO
+from dynsource.filtering import conjunction
 from dynsource.options import ScanOptions
 from dynsource.storage import FilterStore
 
@@ -54,9 +55,11 @@ def dynamic_join(
         keys (a star, e.g. ``[(dates, {"ss_sold_date_sk": "d_date_sk"}), (stores,
         {"ss_store_sk": "s_store_sk"})]``), joined in that order. Each is cached,
         so the keys are collected from and joined with the same computed rows.
-        A scan takes one dynamic filter: of a star, the first dimension whose
-        filter passes the benefit check prunes (one on the fact's first partition
-        column is tried first); the report says so of the others.
+        Of a star, every dimension whose filter passes the benefit check prunes
+        the one fact scan, their exact key sets combined into one filter while
+        the product stays within ``max_rows``/``max_bytes``; one that does not
+        combine (a Bloom filter, too many keys) is left out, those on the fact's
+        first partition column kept first, and the report says so.
     on : mapping or sequence of (fact column, dim column)
         The equi-join keys of a single ``dim``, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
     how : str, default "inner"
@@ -99,7 +102,7 @@ def dynamic_join(
         # $DYNSOURCE_FILTER_STORE set since then would send the planner to another store.
         store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
         types = {f.name: f.dataType.simpleString() for f in fact_df.schema.fields}
-        applied, notes = _first_worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
+        applied, notes = _worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
                                                collect_options)
         if applied is not None:
             filtered = {**base_options, "dynamicFilter": applied.handle, "filterStore": store.url,
@@ -140,25 +143,28 @@ def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
     return normalized
 
 
-def _first_worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
-    """The assignment of the first dimension whose filter pays (first partition column first), and notes."""
+def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
+    """The assignment of the dimensions whose filters pay, combined on one scan, and notes."""
     level = benefit.survey(fact_options, types, deep=False).top
     first = level.columns[0] if level is not None else None
     ordered = sorted(range(len(dims)), key=lambda i: first not in [f for f, _ in dims[i][1]])
-    notes = []
-    for position, index in enumerate(ordered):
+    worth, notes = [], []
+    for index in ordered:
         d, pairs = dims[index]
         described = f"{fact} ({', '.join(f for f, _ in pairs)}) <- dimension {index} ({', '.join(c for _, c in pairs)})"
         data = collector.collect_data(d, dict(pairs), types={f: types[f] for f, _ in pairs}, **collect_options)
         reason = benefit.no_benefit(data, level, ratio)
         if reason is not None:
             notes.append(reason if len(dims) == 1 else f"{described}: {reason}")
-            continue
-        notes += [f"dimension {other}: not applied, a scan takes one dynamic filter"
-                  for other in ordered[position + 1:]]
-        handle = filter_store.publish(data, store)
-        return report.Assignment(fact, described, handle, data.kind, len(data)), notes
-    return None, notes
+        else:
+            worth.append((described, data))
+    if not worth:
+        return None, notes
+    applied, data, left_out = conjunction.combine(
+        worth, max_rows=collect_options.get("max_rows", collector.DEFAULT_MAX_ROWS),
+        max_bytes=collect_options.get("max_bytes", collector.DEFAULT_MAX_BYTES))
+    handle = filter_store.publish(data, store)
+    return report.Assignment(fact, " AND ".join(applied), handle, data.kind, len(data)), notes + left_out
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:

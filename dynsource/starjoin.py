@@ -3,8 +3,9 @@
 This is the planner half of FLIP-248 (Flink's ``DynamicPartitionPruningRule``,
 Spark's ``PartitionPruning``): it finds, in a query parsed and qualified by
 sqlglot's Spark dialect, each equi-join between a column of a dynsource table
-(the *fact*) and a *dimension* side that holds a selective predicate, and says
-which dimension query gives the keys the fact scan may keep. It runs nothing;
+(the *fact*) and a *dimension* side, and says which dimension query gives the
+keys the fact scan may keep, and whether that side holds a selective predicate
+(else the caller prunes with it only if it is a small relation). It runs nothing;
 the caller collects the keys and rewires the scan.
 
 A pairing is sound when every row of the query's result joins a fact row whose
@@ -23,8 +24,8 @@ the statement's CTEs) filtered by every conjunct that names only that source,
 projected to its key expressions. The fact key must be a plain column, or a
 cast of an integral column to a wider integral type; the dimension key may be
 any expression of the dimension's columns. Refused, with a reason: full outer
-and anti joins, a fact side an outer join preserves, a dimension side without a
-selective predicate (``IS NOT NULL`` alone is not one), and anything else.
+and anti joins, a fact side an outer join preserves, and anything else.
+``IS NOT NULL`` alone is not a selective predicate.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Pruning:
     dimension_keys: tuple[str, ...]
     dimension_sql: str
     null_safe: bool
+    selective: bool = True  # the dimension side holds a selective predicate; else it pays only if it is small
 
     def __str__(self) -> str:
         fact = ", ".join(f"{self.fact.alias}.{column}" for column in self.fact_columns)
@@ -206,9 +208,7 @@ class _Select:
             for equality in self._equalities(conjunct, facts, on):
                 pairs.setdefault((equality.fact, equality.dimension), []).append(equality)
         for (fact, dimension), equalities in pairs.items():
-            reason = self._pair(facts[fact], dimension, equalities)
-            if reason is not None:
-                self.refusals.append(Refusal(facts[fact], reason))
+            self._pair(facts[fact], dimension, equalities)
         return list(facts.values())
 
     def _fact(self, alias: str) -> FactScan | None:
@@ -275,16 +275,12 @@ class _Select:
             self.refusals.append(Refusal(facts[columns[0][0]], f"{conjunct.sql('spark')}: a correlated or "
                                          "mismatched IN subquery is not pruned"))
             return
-        if not sqltree.selective(subquery):
-            self.refusals.append(Refusal(facts[columns[0][0]], f"{conjunct.sql('spark')}: the subquery has no "
-                                         "selective predicate"))
-            return
         keys = exp.select(*[exp.alias_(exp.column(output.alias_or_name, table="_d"), f"k{i}")
                             for i, output in enumerate(outputs)])
         keyed = keys.from_(exp.Subquery(this=subquery.copy(), alias=exp.TableAlias(this=exp.to_identifier("_d"))))
         self.prunings.append(Pruning(facts[columns[0][0]], tuple(column for _, column in columns), "(subquery)",
                                      tuple(output.unalias().sql("spark") for output in outputs), self._with_ctes(keyed),
-                                     null_safe=False))
+                                     null_safe=False, selective=sqltree.selective(subquery)))
 
     def _exists(self, conjunct: exp.Expression, facts: dict[str, FactScan]) -> None:
         """``EXISTS (SELECT ... FROM dim WHERE dim.k = fact.k AND <dimension predicates>)``: a semi join."""
@@ -304,16 +300,12 @@ class _Select:
                 self.refusals.append(Refusal(None, f"{conjunct.sql('spark')}: only EXISTS correlated by "
                                                    "equalities with one fact's columns is pruned"))
             return
-        fact = facts[equalities[0][0]]
-        if not any(sqltree.selective_predicate(p) for p in local):
-            self.refusals.append(Refusal(fact, f"{conjunct.sql('spark')}: the subquery has no selective predicate"))
-            return
         keyed = subquery.copy()
         keyed.set("expressions", [exp.alias_(key.copy(), f"k{i}") for i, (_, _, key) in enumerate(equalities)])
-        keyed.set("where", exp.Where(this=exp.and_(*[p.copy() for p in local])))
-        self.prunings.append(Pruning(fact, tuple(column for _, column, _ in equalities), "(exists)",
+        keyed.set("where", exp.Where(this=exp.and_(*[p.copy() for p in local])) if local else None)
+        self.prunings.append(Pruning(facts[equalities[0][0]], tuple(column for _, column, _ in equalities), "(exists)",
                                      tuple(key.sql("spark") for _, _, key in equalities), self._with_ctes(keyed),
-                                     null_safe=False))
+                                     null_safe=False, selective=any(sqltree.selective_predicate(p) for p in local)))
 
     def _fact_column(self, node: exp.Expression, facts: dict[str, FactScan]) -> tuple[str, str] | None:
         """(fact alias, column) when ``node`` is a fact column or an injective cast of one."""
@@ -344,8 +336,8 @@ class _Select:
             return "the fact side is preserved by the RIGHT JOIN"
         return None
 
-    def _pair(self, fact: FactScan, dimension: str, equalities: list[_Equality]) -> str | None:
-        """Record the pruning of ``fact`` by ``dimension`` through all their equalities, or say why not."""
+    def _pair(self, fact: FactScan, dimension: str, equalities: list[_Equality]) -> None:
+        """Record the pruning of ``fact`` by ``dimension`` through all their equalities."""
         node, source = self.nodes[dimension], self.scope.sources.get(dimension)
         places = [*self.where, *(c for join in {id(e.on): e.on for e in equalities if e.on}.values()
                                  for c in sqltree.conjuncts(join.args.get("on")))]
@@ -353,8 +345,6 @@ class _Select:
         selective = any(sqltree.selective_predicate(p) for p in predicates)
         if isinstance(source, Scope):  # a subquery, or a CTE (named by a Table node)
             selective = selective or sqltree.selective(source.expression)
-        if not selective:
-            return f"dimension '{dimension}' has no selective predicate"
         keys = [e.key for e in equalities]
         keyed = exp.select(*[exp.alias_(key.copy(), f"k{i}") for i, key in enumerate(keys)]).from_(node.copy())
         if predicates:
@@ -362,8 +352,7 @@ class _Select:
         name = sqltree.table_name(node) if isinstance(source, exp.Table) else dimension
         self.prunings.append(Pruning(fact, tuple(e.column for e in equalities), name,
                                      tuple(key.sql("spark") for key in keys), self._with_ctes(keyed),
-                                     null_safe=any(e.null_safe for e in equalities)))
-        return None
+                                     null_safe=any(e.null_safe for e in equalities), selective=selective))
 
     def _with_ctes(self, query: exp.Select) -> str:
         if self.statement.ctes is not None:

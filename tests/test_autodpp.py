@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dynsource
-from dynsource import cli, starjoin
+from dynsource import autodpp, cli, starjoin
 from dynsource.report import QueryReport
 
 DAYS = 60
@@ -47,6 +47,7 @@ def write_star(root: Path) -> None:
         "i_category": [["Books", "Music", "Home"][i % 3] for i in range(13)],
         "i_manager_id": [i % 5 for i in range(13)],
     }), root / "item.parquet")
+    pq.write_table(pa.table({"h_date_sk": [3, 5, 17], "h_name": ["a", "b", "c"]}), root / "holidays.parquet")
     pq.write_table(pa.table({"s_store_sk": list(range(7)), "s_state": ["TN", "CA", "TN", "NY", "CA", "TN", "WA"]}),
                    root / "store.parquet")
 
@@ -60,7 +61,7 @@ def star_root(tmp_path_factory) -> Path:
 def star(spark, star_root):
     root = star_root
     write_star(root)
-    for dimension in ("date_dim", "item", "store"):
+    for dimension in ("date_dim", "item", "store", "holidays"):
         spark.read.parquet(str(root / f"{dimension}.parquet")).createOrReplaceTempView(dimension)
     spark.read.parquet(str(root / "store_sales")).createOrReplaceTempView("store_sales_native")
     shutil.copytree(root / "store_sales", root / "store_sales_pruned")
@@ -125,6 +126,8 @@ PRUNED = {
               WHERE f.ss_sold_date_sk = d.d_date_sk""",
     "fact_null_supplied": """SELECT d_date_sk, count(ss_item_sk) FROM date_dim LEFT JOIN {fact}
               ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000 GROUP BY d_date_sk""",
+    "small_relation": """SELECT h_name, count(*), sum(ss_sales_price) FROM {fact} JOIN holidays
+              ON ss_sold_date_sk = h_date_sk GROUP BY h_name""",
     "null_safe_inner": """SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk <=> d_date_sk
               WHERE d_year = 2000""",
 }
@@ -147,8 +150,8 @@ NOT_PRUNED = {
                    "WHERE d_year = 2000 OR d_year IS NULL", "FULL join keeps fact rows"),
     "anti": ("SELECT count(*) FROM {fact} LEFT ANTI JOIN date_dim ON ss_sold_date_sk = d_date_sk "
              "AND d_year = 2000", "ANTI join keeps fact rows"),
-    "no_selective_predicate": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
-                               "WHERE d_date_sk IS NOT NULL", "no selective predicate"),
+    "small_unfiltered_dimension": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                                   "WHERE d_date_sk IS NOT NULL", "not worth applying"),
     "no_benefit": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2001",
                    "not worth applying"),
     "no_join": ("SELECT count(*) FROM {fact} WHERE ss_store_sk = 3", "no join of a dynsource table"),
@@ -161,6 +164,16 @@ def test_joins_that_must_not_or_need_not_prune_run_as_written_and_say_why(star, 
     _, report = run(star, query, fact="store_sales_all")
     assert all(assignment.handle is None for assignment in report.assignments), str(report)
     assert reason in str(report)
+
+
+def test_a_dimension_without_a_selective_predicate_prunes_only_if_it_is_a_small_relation(star, monkeypatch):
+    monkeypatch.setattr(autodpp, "SMALL_RELATION_ROWS", 10)
+    _, report = run(star, "SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                          "WHERE d_date_sk IS NOT NULL", fact="store_sales_all")
+    assert report.assignments[0].handle is None
+    assert "no selective predicate and more than 10 rows (not a small relation)" in str(report)
+    _, small = run(star, PRUNED["small_relation"])
+    assert small.assignments[0].keys == 3 and small.scans()[0].partitions_kept == 3
 
 
 def test_the_query_predicates_on_partition_columns_prune_through_partition_filter(star):
@@ -224,10 +237,11 @@ def test_a_pruned_scan_reads_only_the_columns_the_query_uses(star):
 def test_explain_sql_collects_and_plans_without_running_the_query(star):
     report = dynsource.explain_sql(star, PRUNED["q7_store_star"].format(fact="store_sales"))
     text = str(report)
-    assert "default.store_sales (ss.ss_sold_date_sk) <- default.date_dim (d.d_date_sk): exact, 20 keys" in text
     assert f"partitions kept/total: 20/{DAYS}" in text
-    assert ("not pruned: default.store_sales (ss.ss_store_sk) <- default.store (s.s_store_sk): not applied, "
-            "a scan takes one dynamic filter") in text
+    # The date keys (20) and the store keys of TN and CA (5 stores) combine into one filter of 100 rows.
+    assert ("default.store_sales (ss.ss_sold_date_sk) <- default.date_dim (d.d_date_sk) AND default.store_sales "
+            "(ss.ss_store_sk) <- default.store (s.s_store_sk): exact, 100 keys") in text
+    assert "not pruned" not in text
 
 
 def test_the_sql_command_prints_rows_and_report_and_explains(star, star_root, capsys):

@@ -104,7 +104,7 @@ def test_bad_join_arguments(spark, fact):
         dynsource.dynamic_join(fact, dim, {})
 
 
-def test_a_star_in_one_call_prunes_by_the_partition_dimension_and_equals_the_plain_star(spark, fact):
+def test_a_star_in_one_call_prunes_by_every_dimension_at_once_and_equals_the_plain_star(spark, fact):
     amounts = dimension(spark, "SELECT CAST(id AS DOUBLE) AS amount_key FROM range(0, 200, 3)")
     days = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(3, 6)")
     joined = dynsource.dynamic_join(fact, [(amounts, {"amount": "amount_key"}), (days, [("k", "dk")])])
@@ -114,9 +114,11 @@ def test_a_star_in_one_call_prunes_by_the_partition_dimension_and_equals_the_pla
     assert same_rows(joined, expected) and joined.count() > 0
     report = dynsource.scan_report(joined)
     (assignment,) = report.assignments
-    assert assignment.filter == f"{fact} (k) <- dimension 1 (dk)"
-    assert report.notes == ("dimension 0: not applied, a scan takes one dynamic filter",)
-    assert report.scans()[0].partitions_kept == 3
+    # The partition dimension first; the two key sets combined: 3 days x 67 amounts.
+    assert assignment.filter == f"{fact} (k) <- dimension 1 (dk) AND {fact} (amount) <- dimension 0 (amount_key)"
+    assert (assignment.keys, report.notes) == (3 * 67, ())
+    (scan,) = report.scans()
+    assert scan.partitions_kept == 3 and scan.data_columns == ("amount",) and scan.row_filtering
 
 
 def test_star_arguments_are_checked(spark, fact):
