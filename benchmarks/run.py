@@ -30,22 +30,32 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DPP_CONF = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
 SQL = """
 SELECT COUNT(*) AS sales, SUM(ss_sales_price) AS revenue
-FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk
+FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk{joins}
 WHERE {where}
 """
+STORE_STATES = ("TN", "CA", "NY", "TX")  # store s_store_sk (1 to 12) is in STORE_STATES[s_store_sk % 4]
 
 
 @dataclass(frozen=True)
 class Query:
     name: str
-    where: str
+    where: str  # the predicate on date_dim: the keys the date filter selects
     description: str
+    stores: str | None = None  # a predicate on the store dimension, which the query then joins too
+
+    def sql(self, fact: str) -> str:
+        if self.stores is None:
+            return SQL.format(fact=fact, joins="", where=self.where)
+        return SQL.format(fact=fact, joins="\nJOIN store ON ss_store_sk = s_store_sk",
+                          where=f"{self.where} AND {self.stores}")
 
 
 QUERIES = (
     Query("month", "d_year = 2000 AND d_moy = 12", "December 2000 (31 days)"),
     Query("holidays", "d_year = 2000 AND d_holiday = 'Y'", "the 6 holidays of 2000"),
     Query("years", "d_year >= 1999", "1999 to 2002 (1,461 days)"),
+    Query("month_stores", "d_year = 2000 AND d_moy = 12", "December 2000 in the 3 stores of TN (a star)",
+          stores="s_state = 'TN'"),
 )
 
 
@@ -81,6 +91,8 @@ class Bench:
         self.reader_options = dict(reader_options or {})
         dynsource.register(spark)
         spark.read.parquet(str(star.date_dim)).createOrReplaceTempView("date_dim")
+        spark.createDataFrame([(sk, STORE_STATES[sk % 4]) for sk in range(1, 13)],
+                              "s_store_sk int, s_state string").createOrReplaceTempView("store")
         self.sizes = star_schema.partition_sizes(star.store_sales)
         # One DataFrame for the warm native modes: its file index lists the table once and is then cached.
         spark.read.parquet(self.fact).createOrReplaceTempView("store_sales_native_warm")
@@ -128,7 +140,7 @@ class Bench:
         return len(self.sizes), sum(f for f, _ in self.sizes.values()), sum(b for _, b in self.sizes.values())
 
     def sql(self, fact_view: str, query: Query):
-        return self.spark.sql(SQL.format(fact=fact_view, where=query.where))
+        return self.spark.sql(query.sql(fact_view))
 
 
 def _row(df) -> tuple:
@@ -174,7 +186,7 @@ def dynsource_sql(bench: Bench, query: Query) -> Measurement:
 
     bench.spark.conf.set(DPP_CONF, "true")
     started = time.perf_counter()
-    df = dynsource.sql(bench.spark, SQL.format(fact=bench.table, where=query.where))
+    df = dynsource.sql(bench.spark, query.sql(bench.table))
     planned = time.perf_counter()
     result = _row(df)
     seconds = time.perf_counter() - started
@@ -364,7 +376,8 @@ def _report(bench: Bench, queries: Sequence[Query], runs: dict, repeat: int, tot
         modes = {mode: _summary(measured) for mode, measured in runs[query.name].items()}
         partitions, files, size = bench.matching(query)
         report["queries"][query.name] = {
-            "where": query.where, "description": query.description, "keys": len(bench.keys_of(query)),
+            "where": query.where, "stores": query.stores, "description": query.description,
+            "keys": len(bench.keys_of(query)),
             "matching": {"partitions": partitions, "files": files, "bytes": size},
             "modes": modes, "ratios": _ratios(modes, size),
         }

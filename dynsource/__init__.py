@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+
 from pyspark.sql import SparkSession
 
 from dynsource import deployment, figures
@@ -14,11 +16,14 @@ from dynsource.source import DynsourceDataSource
 from dynsource.sql import explain_sql, sql
 from dynsource.store import expire, publish, resolve
 
+__version__ = metadata.version("dynsource")
+
 __all__ = [
     "DynamicFilteringData",
     "DynsourceDataSource",
     "QueryReport",
     "ScanReport",
+    "__version__",
     "collect",
     "collect_data",
     "drop_table",

@@ -259,10 +259,17 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     Raises
     ------
     TableDefinitionError
-        There is none, or it cannot be read; the message names the table and the location.
+        The table is not in Spark's catalog, or it has no definition, or that cannot
+        be read; the message names the table and the location.
     """
     table = qualified_name(spark, name)
-    return read_definition(table, _location_of(spark, table, definitions))
+    try:
+        return read_definition(table, _location_of(spark, table, definitions))
+    except TableDefinitionError:
+        if spark.catalog.tableExists(table):
+            raise
+        raise TableDefinitionError(f"Table '{table}' is not registered: register it first with "
+                                   f"dynsource.register_table(spark, '{name}', path=...).") from None
 
 
 def read_table(

@@ -13,7 +13,7 @@ import functools
 import logging
 import operator
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,9 +38,12 @@ _CHUNKS_SCHEMA = "chunk int, bits binary"
 _FITS = "__dynsource_key_fits"
 
 
+Keys = Mapping[str, str] | Sequence[tuple[str, str]]
+
+
 def collect(
     df: DataFrame,
-    keys: Mapping[str, str],
+    keys: Keys,
     *,
     types: Mapping[str, str] | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
@@ -69,9 +72,9 @@ def collect(
     ----------
     df : DataFrame
         The (filtered) dimension side of the join.
-    keys : mapping of str to str
+    keys : mapping of str to str, or sequence of (str, str)
         Fact-side filter field (a partition column of the fact table) -> column of ``df``,
-        e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
+        e.g. ``{"ss_sold_date_sk": "d_date_sk"}`` or ``[("ss_sold_date_sk", "d_date_sk")]``.
     types : mapping of str to str, optional
         Spark SQL types of fact fields; the keys are cast to them in Spark. By
         default a field has its dimension column's type.
@@ -104,6 +107,8 @@ def collect(
     (when it does not fit) a count of the distinct keys, then the Bloom filter or
     the bounds over those keys, which are persisted meanwhile.
     """
+    keys = key_pairs(keys)
+
     def compute() -> DynamicFilteringData:
         return collect_data(
             df, keys, types=types, max_rows=max_rows, max_bytes=max_bytes, null_safe=null_safe, fpp=fpp, kinds=kinds
@@ -132,7 +137,7 @@ def _publish_later(handle: str, compute, location: FilterStore) -> None:
 
 def collect_data(
     df: DataFrame,
-    keys: Mapping[str, str],
+    keys: Keys,
     *,
     types: Mapping[str, str] | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
@@ -142,6 +147,7 @@ def collect_data(
     kinds: Collection[str] = KINDS,
 ) -> DynamicFilteringData:
     """:func:`collect` without publishing: the DynamicFilteringData itself."""
+    keys = key_pairs(keys)
     _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
     projected, fields = _project(df, keys, types)
     if not null_safe:
@@ -172,6 +178,20 @@ def _distinct_keys(projected: DataFrame, distinct: DataFrame, fields: list[tuple
         if rows.num_rows <= max_rows:
             return rows.group_by(rows.column_names, use_threads=False).aggregate([])
     return distinct.limit(max_rows + 1).toArrow()
+
+
+def key_pairs(keys: Keys) -> dict[str, str]:
+    """``{fact field: dimension column}`` from a mapping or from (fact field, dimension column) pairs."""
+    pairs = None
+    if isinstance(keys, Mapping):
+        pairs = list(keys.items())
+    elif isinstance(keys, Iterable) and not isinstance(keys, str):
+        pairs = list(keys)
+    if pairs is None or not all(isinstance(pair, (tuple, list)) and len(pair) == 2
+                                and all(isinstance(name, str) for name in pair) for pair in pairs):
+        raise ValueError(f"keys must map fact fields to dimension columns: {{'ss_sold_date_sk': 'd_date_sk'}} or "
+                         f"[('ss_sold_date_sk', 'd_date_sk')]; got {keys!r}.")
+    return dict(pairs)
 
 
 def _check_arguments(

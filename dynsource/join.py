@@ -93,6 +93,7 @@ def dynamic_join(
     else:
         fact_options = catalog.load_definition(spark, fact).scan_options.with_options(base_options)
     fact_df = _read(spark, fact, base_options)
+    _check_fact_columns(fact, fact_df, dims)
     dims = [(d if d.is_cached or join_type not in _PRUNING else d.cache(), pairs) for d, pairs in dims]
     store, applied, notes = None, None, []
     if join_type not in _PRUNING:
@@ -134,13 +135,21 @@ def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
         dims = list(dim)
     normalized = []
     for frame, keys in dims:
-        pairs = list(keys.items()) if isinstance(keys, Mapping) else [tuple(pair) for pair in keys]
+        pairs = list(collector.key_pairs(keys).items())
         if not pairs:
             raise ValueError("dynamic_join() needs at least one (fact column, dim column) pair in 'on'.")
         normalized.append((frame, pairs))
     if not normalized:
         raise ValueError("dynamic_join() needs at least one dimension.")
     return normalized
+
+
+def _check_fact_columns(fact: str, fact_df: DataFrame, dims) -> None:
+    known = {name.lower() for name in fact_df.columns}
+    missing = [f for _, pairs in dims for f, _ in pairs if f.lower() not in known]
+    if missing:
+        raise ValueError(f"dynamic_join(): fact column(s) {missing} of 'on' are not columns of the fact table "
+                         f"'{fact}': {fact_df.columns}.")
 
 
 def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):

@@ -205,6 +205,18 @@ def test_a_key_column_absent_from_the_dimension_names_it_and_lists_the_columns(d
         dynsource.collect(dim, {"k": "nope"}, wait=wait)
 
 
+@pytest.mark.parametrize("keys", [["d_key"], "d_key", [("k", "d_key", "x")], {"k": 1}, 7])
+def test_keys_that_are_not_field_to_column_pairs_say_what_is_expected(dim, keys):
+    expected = ("keys must map fact fields to dimension columns: {'ss_sold_date_sk': 'd_date_sk'} or "
+                f"[('ss_sold_date_sk', 'd_date_sk')]; got {keys!r}.")
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        dynsource.collect(dim, keys)
+
+
+def test_keys_may_be_pairs_as_dynamic_join_takes_them(dim):
+    assert dynsource.collect_data(dim, [("k", "d_key")]) == dynsource.collect_data(dim, {"k": "d_key"})
+
+
 def test_a_key_column_is_found_ignoring_case_like_spark(dim):
     data = dynsource.collect_data(dim, {"k": "D_KEY"})
     assert data.fields == (("k", "int"),) and sorted(data.table.column("k").to_pylist()) == [0, 1, 2]

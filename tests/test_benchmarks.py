@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import os
 from decimal import Decimal
 
 import numpy as np
@@ -111,3 +112,14 @@ def test_smoke_run_all_modes_agree_and_dpp_reads_only_matching_partitions(spark,
     run.print_table(json.loads(json.dumps(report)), out=printed)
     assert "dynsource DPP" in printed.getvalue() and "native no DPP warm" in printed.getvalue()
     assert spark.conf.get(run.DPP_CONF) == "true"
+
+
+def test_the_star_query_prunes_by_date_and_store_at_once_and_agrees_with_spark(spark, small_star):
+    (query,) = [q for q in run.QUERIES if q.stores]
+    report = run.run_benchmark(spark, small_star, queries=[query], modes=["native DPP warm", "dynsource.sql"],
+                               repeat=1, warmup=False)
+    modes = report["queries"][query.name]["modes"]
+    assert modes["dynsource.sql"]["result"] == modes["native DPP warm"]["result"]
+    assert modes["dynsource.sql"]["result"][0] > 0 and modes["dynsource.sql"]["partitions"] == 31
+    (assignment,) = dynsource.explain_sql(spark, query.sql(f"store_sales_bench_{os.getpid()}")).assignments
+    assert "s_store_sk" in assignment.filter and assignment.keys == 31 * 3  # 31 days x the 3 stores of TN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -102,6 +103,12 @@ def test_bad_join_arguments(spark, fact):
         dynsource.dynamic_join(fact, dim, {"k": "dk"}, "sideways")
     with pytest.raises(ValueError, match="at least one"):
         dynsource.dynamic_join(fact, dim, {})
+    with pytest.raises(ValueError, match=r"fact column\(s\) \['sale_dat'\] of 'on' are not columns of the fact "
+                                         rf"table '{re.escape(fact)}': \['amount', 'k'\]"):
+        dynsource.dynamic_join(fact, dim, {"sale_dat": "dk"})
+    with pytest.raises(ValueError, match=r"Table 'default.salez' is not registered: register it first with "
+                                         r"dynsource.register_table\(spark, 'salez', path=...\)"):
+        dynsource.dynamic_join("salez", dim, {"k": "dk"})
 
 
 def test_a_star_in_one_call_prunes_by_every_dimension_at_once_and_equals_the_plain_star(spark, fact):
