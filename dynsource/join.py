@@ -104,7 +104,7 @@ def dynamic_join(
         store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
         types = {f.name: f.dataType.simpleString() for f in fact_df.schema.fields}
         applied, notes = _worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
-                                               collect_options)
+                                         collect_options)
         if applied is not None:
             filtered = {**base_options, "dynamicFilter": applied.handle, "filterStore": store.url,
                         **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
