@@ -20,6 +20,7 @@ as its ``partitionFilter``, so they prune directories too.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import time
@@ -33,7 +34,7 @@ from pyspark.sql.types import StructType
 from dynsource import benefit, catalog, collector, starjoin
 from dynsource import store as filter_store
 from dynsource.enumerator import Level
-from dynsource.filtering import DynamicFilteringData, conjunction
+from dynsource.filtering import DynamicFilteringData
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scan import plan_scan
@@ -147,25 +148,18 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
             columns: Mapping[str, str], level: Level | None, store: FilterStore,
             ratio: float) -> tuple[Assignment, list[str]]:
     """The filter of ``scan``: its prunings worth applying, combined (those on ``level``'s column first), and notes."""
-    first = level.columns[0].lower() if level is not None else None
-    ordered = sorted(prunings, key=lambda p: first not in {c.lower() for c in p.fact_columns})
     started = time.perf_counter()
-    worth, notes = [], []
-    for pruning in ordered:
-        data, reason = _collect(spark, pruning, columns)
-        reason = reason or benefit.no_benefit(data, level, ratio)
-        if reason is not None:
-            notes.append(f"{pruning}: {reason}")
-        else:
-            worth.append((str(pruning), data))
-    if not worth:
+    candidates = [benefit.Candidate(str(p), p.fact_columns, functools.partial(_collect, spark, p, columns))
+                  for p in prunings]
+    choice = benefit.worth_applying(candidates, level, ratio, max_rows=collector.DEFAULT_MAX_ROWS,
+                                    max_bytes=collector.DEFAULT_MAX_BYTES)
+    notes = [f"{label}: {reason}" for label, reason in choice.declined]
+    if choice.data is None:
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []
-    applied, data, left_out = conjunction.combine(worth, max_rows=collector.DEFAULT_MAX_ROWS,
-                                                  max_bytes=collector.DEFAULT_MAX_BYTES)
     collection_ms = round((time.perf_counter() - started) * 1000, 1)
-    handle = filter_store.publish(data, store)
-    return (Assignment(_scan_name(scan), " AND ".join(applied), handle, data.kind, len(data), collection_ms),
-            notes + left_out)
+    handle = filter_store.publish(choice.data, store)
+    return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data),
+                       collection_ms), notes + choice.left_out)
 
 
 def _collect(spark: SparkSession, pruning: starjoin.Pruning,

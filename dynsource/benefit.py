@@ -3,12 +3,14 @@
 It is judged on the fact table's top-level partition directories, which
 :func:`survey` lists (the enumerator's walk, with its checks, down one branch:
 the same walk tells the partition columns). A filter that does not constrain the
-first partition column is assumed to pay.
+first partition column is assumed to pay. :func:`worth_applying` applies the
+check to each dimension's filter and combines those that pay into the scan's one
+filter, for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -16,7 +18,7 @@ import pyarrow.compute as pc
 
 from dynsource import files
 from dynsource.enumerator import Level, PartitionEnumerator, PartitionTyping
-from dynsource.filtering import DynamicFilteringData
+from dynsource.filtering import DynamicFilteringData, conjunction
 from dynsource.options import ScanOptions
 
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
@@ -62,3 +64,41 @@ def no_benefit(data: DynamicFilteringData, level: Level | None, ratio: float) ->
             "so it is not worth applying (fallback_filter_ratio)"
         )
     return None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A dimension's filter that may prune the fact scan: its label, the fact columns it filters, its collection."""
+
+    label: str
+    fact_columns: Sequence[str]
+    collect: Callable[[], tuple[DynamicFilteringData | None, str | None]]  # the data, or None and why not
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What :func:`worth_applying` chose: the labels applied, their combined filter, and what was left out."""
+
+    applied: list[str]
+    data: DynamicFilteringData | None  # None when no filter pays
+    declined: list[tuple[str, str]]  # (label, why): not collected, or not paying
+    left_out: list[str]  # notes on filters that pay but do not combine with those applied
+
+
+def worth_applying(candidates: Sequence[Candidate], level: Level | None, ratio: float, *, max_rows: int,
+                   max_bytes: int) -> Choice:
+    """Collect each candidate (those on the fact's first partition column first), keep those that pay, combine them."""
+    first = level.columns[0].lower() if level is not None else None
+    ordered = sorted(candidates, key=lambda c: first not in {column.lower() for column in c.fact_columns})
+    worth, declined = [], []
+    for candidate in ordered:
+        data, reason = candidate.collect()
+        reason = reason or no_benefit(data, level, ratio)
+        if reason is None:
+            worth.append((candidate.label, data))
+        else:
+            declined.append((candidate.label, reason))
+    if not worth:
+        return Choice([], None, declined, [])
+    applied, data, left_out = conjunction.combine(worth, max_rows=max_rows, max_bytes=max_bytes)
+    return Choice(applied, data, declined, left_out)

@@ -17,7 +17,6 @@ from pyspark.sql import DataFrame
 from dynsource import benefit, catalog, collector, report
 from dynsource import store as filter_store
 from dynsource.benefit import DEFAULT_FALLBACK_FILTER_RATIO
-from dynsource.filtering import conjunction
 from dynsource.options import ScanOptions
 from dynsource.storage import FilterStore
 
@@ -154,26 +153,24 @@ def _check_fact_columns(fact: str, fact_df: DataFrame, dims) -> None:
 
 def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
     """The assignment of the dimensions whose filters pay, combined on one scan, and notes."""
-    level = benefit.survey(fact_options, types, deep=False).top
-    first = level.columns[0] if level is not None else None
-    ordered = sorted(range(len(dims)), key=lambda i: first not in [f for f, _ in dims[i][1]])
-    worth, notes = [], []
-    for index in ordered:
-        d, pairs = dims[index]
+    def candidate(index: int, d: DataFrame, pairs: list[tuple[str, str]]) -> benefit.Candidate:
+        def collect():
+            return collector.collect_data(d, pairs, types={f: types[f] for f, _ in pairs}, **collect_options), None
+
         described = f"{fact} ({', '.join(f for f, _ in pairs)}) <- dimension {index} ({', '.join(c for _, c in pairs)})"
-        data = collector.collect_data(d, dict(pairs), types={f: types[f] for f, _ in pairs}, **collect_options)
-        reason = benefit.no_benefit(data, level, ratio)
-        if reason is not None:
-            notes.append(reason if len(dims) == 1 else f"{described}: {reason}")
-        else:
-            worth.append((described, data))
-    if not worth:
-        return None, notes
-    applied, data, left_out = conjunction.combine(
-        worth, max_rows=collect_options.get("max_rows", collector.DEFAULT_MAX_ROWS),
+        return benefit.Candidate(described, [f for f, _ in pairs], collect)
+
+    choice = benefit.worth_applying(
+        [candidate(index, d, pairs) for index, (d, pairs) in enumerate(dims)],
+        benefit.survey(fact_options, types, deep=False).top, ratio,
+        max_rows=collect_options.get("max_rows", collector.DEFAULT_MAX_ROWS),
         max_bytes=collect_options.get("max_bytes", collector.DEFAULT_MAX_BYTES))
-    handle = filter_store.publish(data, store)
-    return report.Assignment(fact, " AND ".join(applied), handle, data.kind, len(data)), notes + left_out
+    notes = [reason if len(dims) == 1 else f"{label}: {reason}" for label, reason in choice.declined]
+    if choice.data is None:
+        return None, notes
+    handle = filter_store.publish(choice.data, store)
+    return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data)),
+            notes + choice.left_out)
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:
