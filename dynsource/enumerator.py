@@ -119,9 +119,24 @@ class Listing:
 
     columns: tuple[str, ...]
     partitions: list[Partition]
-    directories_pruned: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)  # directories pruned at each partition column's level
     listed_paths: list[str] = field(default_factory=list)
     values: PartitionValues | None = None  # the partitions', when the walk typed them
+
+    @property
+    def directories_pruned(self) -> int:
+        return sum(self.pruned.values())
+
+    @property
+    def leaf_total(self) -> int | None:
+        """The table's leaf partitions, when the walk knows them: nothing was pruned above the leaf level.
+
+        A walk that pruned every directory never saw the leaf level, so it cannot tell its count.
+        """
+        if not self.partitions and self.directories_pruned:
+            return None
+        above_leaves = [column for column, count in self.pruned.items() if count and column != self.columns[-1]]
+        return None if above_leaves else len(self.partitions) + self.directories_pruned
 
     def typed_rows(self, columns: Sequence[str]) -> list[tuple]:
         """Each partition's typed values of ``columns``; a value Spark cannot convert raises ``ValueError``."""
@@ -174,7 +189,7 @@ class PartitionEnumerator:
                 level = Level(listing.columns, [v for _, v in candidates], values)
                 keep = level_filter(level) if level_filter else None
                 if keep is not None:
-                    listing.directories_pruned += sum(1 for k in keep if not k)
+                    listing.pruned[column] = sum(1 for k in keep if not k)
                     candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
                     values = values.filter(keep) if values is not None else None
                 frontier = candidates

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import storage
+from dynsource import storage, store
 from dynsource.ddl import parse_ddl
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
@@ -148,6 +148,15 @@ def _text(name: str, value: str) -> str | None:
     return str(value).strip() or None
 
 
+def _handle(name: str, value: str) -> str | None:
+    # A string that is no handle at all (truncated, str(df)) is a programming error, not an unusable filter:
+    # it fails whatever dynamicFilterOnError says, which only covers well-formed handles.
+    handle = _text(name, value)
+    if handle is not None:
+        store.validate_handle(handle)
+    return handle
+
+
 def _ddl(name: str, value: str) -> tuple[tuple[str, str], ...]:
     try:
         return tuple(parse_ddl(value))
@@ -173,7 +182,7 @@ def _time_zone(name: str, value: str) -> str:
 
 _PARSERS = {
     "format": _choice(FORMATS),
-    "dynamicFilter": _text,
+    "dynamicFilter": _handle,
     "dynamicFilteringEnabled": _boolean,
     "dynamicFilterOnError": _choice(ON_ERROR),
     "filterStore": _text,

@@ -11,8 +11,10 @@ or says why there are none to add up.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -24,17 +26,25 @@ from dynsource import figures, store
 from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
+# Reports of a handle's newest scans that the store keeps: a DataFrame reused all day plans a scan per action.
+MAX_SCANS_KEPT = 20
 _TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(figures.ReadCounts)))
 
 
 @dataclass(frozen=True)
 class ScanReport:
-    """Figures of the last scan planned with one dynamic filter handle.
+    """Figures of one scan planned with a dynamic filter handle; ``str()`` gives a summary of a few lines.
+
+    Every scan (each action on a DataFrame plans one) keeps its own report,
+    named by ``scan_id``; :func:`scan_report` gives a handle's newest scan
+    (``planned_at``, seconds since the epoch, and ``scans_with_handle`` say which)
+    and :func:`scan_reports` all of them.
 
     ``planning_ms`` includes ``wait_ms``, the time spent waiting for a late filter.
-    ``partitions_total`` counts the partition directories seen: the kept ones plus
-    those pruned at the level where they were pruned (for a table partitioned by
-    one column, its partition count).
+    ``partitions_kept`` counts the leaf partitions read; ``partitions_total`` the
+    table's leaf partitions, when the walk knows them: when directories were
+    pruned above the leaf level (``pruned_by_column``, directories pruned at each
+    partition column's level), nothing below them was listed, so it is None.
 
     ``data_columns`` are the filter fields that are data columns. For those, the
     read tasks skip Parquet row groups (``row_groups_total`` of the kept files,
@@ -77,13 +87,69 @@ class ScanReport:
     rows_read: int | None = 0
     rows_filtered: int | None = 0
     row_filtering_tasks: int | None = 0
+    pruned_by_column: dict[str, int] = dataclasses.field(default_factory=dict)
+    planned_at: float = dataclasses.field(default_factory=time.time)
+    scans_with_handle: int | None = None
+
+    def __str__(self) -> str:
+        if self.handle is None:
+            return f"{self.path}: not pruned dynamically ({self.fallback_reason})"
+        return "\n".join([self._heading(), *("  " + line for line in self.lines())])
+
+    def lines(self) -> list[str]:
+        """The summary's lines under its heading: payload, partitions, files, listings and times, rows, reason."""
+        lines = [f"payload: {self._payload()}", f"partitions: {self._partitions()}",
+                 f"files: {self.files_kept:,} ({self.bytes_kept:,} bytes) in {self.input_partitions:,} input "
+                 f"partition(s)",
+                 f"listings: {self.listings:,}; planning: {self.planning_ms:,} ms"
+                 + (f", of which waiting for the filter: {self.wait_ms:,} ms" if self.wait_ms else "")]
+        if self.data_columns:
+            lines.append(self._read_tasks())
+        if self.fallback_reason:
+            lines.append(("not filtering: " if not self.filtering else "note: ") + self.fallback_reason)
+        return lines
+
+    def _heading(self) -> str:
+        heading = f"dynamic filter {self.handle} on {self.path}"
+        if self.scan_id is None:
+            return heading
+        planned = f", planned {_utc(self.planned_at)}"
+        newest = "" if not self.scans_with_handle or self.scans_with_handle < 2 else (
+            f"; the newest of {self.scans_with_handle} scans with this handle, dynsource.scan_reports() lists them")
+        return f"{heading} (scan {self.scan_id[:8]}{planned}{newest})"
+
+    def _payload(self) -> str:
+        if self.payload_kind is None:
+            return "none (the filter could not be loaded)"
+        return f"{self.payload_kind}, {self.keys:,} key(s), {self.payload_bytes:,} bytes"
+
+    def _partitions(self) -> str:
+        pruned = ", ".join(f"{count:,} at {column}" for column, count in self.pruned_by_column.items() if count)
+        if self.partitions_total is None:
+            return (f"{self.partitions_kept:,} leaf partition(s) kept; directories pruned without listing below "
+                    f"them: {pruned}")
+        kept = f"{self.partitions_kept:,} of {self.partitions_total:,} kept"
+        return f"{kept} (pruned: {pruned})" if len(self.pruned_by_column) > 1 and pruned else kept
+
+    def _read_tasks(self) -> str:
+        by = f"by data column(s) {list(self.data_columns)}"
+        if self.task_figures_unavailable is not None:
+            return f"row groups and rows ({by}): not counted here: {self.task_figures_unavailable}"
+        if not self.tasks_reported:
+            return f"row groups and rows ({by}): no read task has reported yet (run an action)"
+        line = (f"row groups ({by}): {self.row_groups_skipped:,} of {self.row_groups_total:,} skipped in "
+                f"{self.tasks_reported:,} read task(s)")
+        if self.row_filtering:
+            line += f"; rows: {self.rows_read:,} read, {self.rows_filtered:,} filtered out"
+        return line
 
     def log(self) -> None:
         # Flink's HiveSourceDynamicFileEnumerator wording, so the line is familiar in logs.
+        total = "unknown (pruned above the leaf level)" if self.partitions_total is None else self.partitions_total
         log.info(
-            "Dynamic filtering with handle %s on %s: original partition number is %d, remaining partition "
+            "Dynamic filtering with handle %s on %s: original partition number is %s, remaining partition "
             "number is %d (%d files, %d bytes)%s%s",
-            self.handle, self.path, self.partitions_total, self.partitions_kept, self.files_kept,
+            self.handle, self.path, total, self.partitions_kept, self.files_kept,
             self.bytes_kept, self._row_level(), f"; fallback: {self.fallback_reason}" if self.fallback_reason else "",
         )
 
@@ -95,7 +161,15 @@ class ScanReport:
 
 
 def save(report: ScanReport, filter_store: str | FilterStore | None) -> None:
-    store.put(_name(report.handle), json.dumps(asdict(report)).encode(), filter_store)
+    """Store ``report`` as one of its handle's scans, dropping the oldest beyond ``MAX_SCANS_KEPT``."""
+    location = FilterStore.of(filter_store)
+    store.put(f"{_directory(report.handle)}/{_scan_name(report)}", json.dumps(asdict(report)).encode(), location)
+    for old in _scan_names(report.handle, location)[:-MAX_SCANS_KEPT]:
+        store.remove(f"{_directory(report.handle)}/{old}", location)
+
+
+def _utc(epoch_seconds: float) -> str:
+    return dt.datetime.fromtimestamp(epoch_seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True)
@@ -155,9 +229,7 @@ class QueryReport:
             if scan is None:
                 lines.append("  (no scan yet: run an action on the DataFrame first)")
             else:
-                lines.append(f"  partitions kept/total: {scan.partitions_kept}/{scan.partitions_total}, files "
-                             f"{scan.files_kept}, bytes {scan.bytes_kept}"
-                             + (f"; fallback: {scan.fallback_reason}" if scan.fallback_reason else ""))
+                lines += ["  " + line for line in scan.lines()]
         lines += [f"not pruned: {note}" for note in self.notes]
         return "\n".join(lines) or "no dynamic filtering"
 
@@ -187,11 +259,13 @@ def record_join(
 def scan_report(
     target: str | DataFrame, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
 ) -> ScanReport | QueryReport:
-    """The report of the last scan that used a handle, of a DataFrame made by ``dynamic_join``,
+    """The report of the newest scan that used a handle, of a DataFrame made by ``dynamic_join``,
     or (a :class:`QueryReport`) of one made by ``dynsource.sql``.
 
+    ``print()`` it for a summary; ``dataclasses.asdict()`` gives every figure.
     ``storage_options`` are the fsspec options of the filter store ``store_url``.
-    Raises ``LookupError`` when no scan has used the handle yet (run a query first).
+    Raises ``LookupError`` when no scan has used the handle, or the DataFrame, yet
+    (run an action first).
     """
     if isinstance(target, DataFrame):
         if target in _queries:
@@ -205,17 +279,38 @@ def scan_report(
                               filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,
                               bytes_kept=None, listings=None, input_partitions=None, planning_ms=None,
                               fallback_reason=join.reason)
-        return _handle_report(join.handle, join.store)
+        try:
+            return _handle_report(join.handle, join.store)
+        except LookupError:
+            raise LookupError("No scan of this DataFrame yet: run an action on it first (count(), collect(), a "
+                              "write), then ask dynsource.scan_report() again.") from None
     return _handle_report(target, FilterStore.of(store_url, storage_options))
 
 
+def scan_reports(
+    handle: str, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
+) -> list[ScanReport]:
+    """The reports of the scans that used ``handle``, oldest first (at most ``MAX_SCANS_KEPT``, the newest)."""
+    location = FilterStore.of(store_url, storage_options)
+    scans = _scan_names(handle, location)
+    return [_complete(_read(handle, name, location), len(scans)) for name in scans]
+
+
 def _handle_report(handle: str, location: FilterStore) -> ScanReport:
-    store.validate_handle(handle)
-    try:
-        fields = json.loads(store.get(_name(handle), location))
-    except FileNotFoundError:
-        raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.") from None
-    report = ScanReport(**{**fields, "data_columns": tuple(fields.get("data_columns", ()))})
+    scans = _scan_names(handle, location)
+    if not scans:
+        raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.")
+    return _complete(_read(handle, scans[-1], location), len(scans))
+
+
+def _read(handle: str, name: str, location: FilterStore) -> ScanReport:
+    fields = json.loads(store.get(f"{_directory(handle)}/{name}", location))
+    return ScanReport(**{**fields, "data_columns": tuple(fields.get("data_columns", ()))})
+
+
+def _complete(report: ScanReport, scans: int) -> ScanReport:
+    """``report`` with the count of its handle's scans and, when this driver ran it, its read tasks' figures."""
+    report = dataclasses.replace(report, scans_with_handle=scans)
     if report.scan_id is None or not report.data_columns:
         return report
     if report.task_figures_unavailable is None:
@@ -229,6 +324,15 @@ def _handle_report(handle: str, location: FilterStore) -> ScanReport:
     return dataclasses.replace(report, **dict.fromkeys(_TASK_FIGURES))
 
 
-def _name(handle: str) -> str:
-    store.validate_handle(handle)  # a handle names a file: '../' must not reach outside the store
-    return f"{store.REPORTS}/{handle}.json"
+def _directory(handle: str) -> str:
+    store.validate_handle(handle)  # a handle names a directory: '../' must not reach outside the store
+    return f"{store.REPORTS}/{handle}"
+
+
+def _scan_name(report: ScanReport) -> str:
+    # Sorting by name sorts by planning time: the newest scan is the last name.
+    return f"{round(report.planned_at * 1000):015d}-{report.scan_id}.json"
+
+
+def _scan_names(handle: str, location: FilterStore) -> list[str]:
+    return [name for name in store.names(_directory(handle), location) if name.endswith(".json")]

@@ -156,7 +156,7 @@ def _report(
         keys=len(data) if data is not None else None,
         payload_bytes=data.size_bytes if data is not None else None,
         filtering=reason is None,
-        partitions_total=len(listing.partitions) + listing.directories_pruned,
+        partitions_total=listing.leaf_total,
         partitions_kept=len(listing.partitions),
         files_kept=len(kept_files),
         bytes_kept=sum(f.size for f in kept_files),
@@ -166,6 +166,7 @@ def _report(
         wait_ms=wait_ms,
         fallback_reason=reason or rows_reason,
         scan_id=scan_id,
+        pruned_by_column=dict(listing.pruned),
         data_columns=tuple(column for column, _ in row_filter.data_columns) if row_filter else (),
         row_filtering=row_filter is not None and row_filter.filter_rows,
         figures_owner=task_figures.owner if row_filter and isinstance(task_figures, figures.Channel) else None,
@@ -175,5 +176,5 @@ def _report(
     scan.log()
     try:
         report.save(scan, options.filter_store)
-    except (OSError, ValueError) as error:  # ValueError: a malformed handle, read unfiltered under 'fallback'
+    except OSError as error:  # the scan itself is sound: losing its report must not fail the query
         log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamic_filter, error)

@@ -39,7 +39,7 @@ from dynsource.storage import STORE_ENV, FilterStore
 
 _HANDLE = re.compile(r"dynf-[0-9a-f]{32}")  # fullmatch: "$" would also allow a final newline
 _PAYLOAD, _PENDING, _FAILED, _LEASE = ".dynf", ".pending", ".failed", ".lease"
-# dynsource.report saves a handle's scan report as reports/<handle>.json.
+# dynsource.report saves the reports of a handle's scans under reports/<handle>/.
 REPORTS = "reports"
 # A resolve protects its handle from expire() this long: longer than planning plus the read tasks of a query.
 LEASE_SECONDS = 3600.0
@@ -138,7 +138,9 @@ def validate_handle(handle: str) -> None:
     _checked(handle)
 
 
-def expire(older_than: dt.timedelta | float, store: Store = None, *, storage_options: Options = None) -> list[str]:
+def expire(
+    older_than: dt.timedelta | float, store: Store = None, *, storage_options: Options = None, dry_run: bool = False
+) -> list[str]:
     """Remove the handles unused for ``older_than`` (a timedelta or seconds); return the removed handles.
 
     A handle goes with everything stored under it: payload, pending and failed
@@ -146,6 +148,8 @@ def expire(older_than: dt.timedelta | float, store: Store = None, *, storage_opt
     while anything of it is younger than ``older_than``, and while it is leased:
     resolved within the last ``LEASE_SECONDS`` by a query's planning or read tasks.
     Entries whose names are not handles are never touched.
+
+    With ``dry_run=True`` it removes nothing and returns the handles it would remove.
 
     Raises
     ------
@@ -162,11 +166,13 @@ def expire(older_than: dt.timedelta | float, store: Store = None, *, storage_opt
         lease = times.get(f"{root}/{handle}{_LEASE}")
         if (lease is not None and lease > lease_cutoff) or any(stamp > cutoff for stamp in times.values()):
             continue
+        removed.append(handle)
+        if dry_run:
+            continue
         # The lease goes last: until the payload is gone, a concurrent expire() still finds the handle.
         for path in sorted(paths, key=lambda path: path.endswith(_LEASE)):
             with contextlib.suppress(FileNotFoundError):  # a concurrent expire() got there first
                 fs.rm(path, recursive=True)
-        removed.append(handle)
     return removed
 
 
@@ -208,6 +214,27 @@ def _reaching(location: FilterStore, verb: str, name: str) -> Iterator[None]:
         ) from error
 
 
+def names(directory: str, store: Store = None, *, storage_options: Options = None) -> list[str]:
+    """The names of the entries of ``directory`` in the store, sorted; empty when it does not exist."""
+    _check_name(directory)
+    location = FilterStore.of(store, storage_options)
+    with _reaching(location, "listed", directory):
+        fs, root = location.open()
+        try:
+            return sorted(path.rstrip("/").rsplit("/", 1)[-1] for path in fs.ls(f"{root}/{directory}", detail=False))
+        except FileNotFoundError:
+            return []
+
+
+def remove(name: str, store: Store = None, *, storage_options: Options = None) -> None:
+    """Delete the entry ``name`` of the store (no error if it is gone: a concurrent remover got there first)."""
+    _check_name(name)
+    location = FilterStore.of(store, storage_options)
+    with _reaching(location, "written", name), contextlib.suppress(FileNotFoundError):
+        fs, root = location.open()
+        fs.rm(f"{root}/{name}")
+
+
 def exists(name: str, store: Store = None, *, storage_options: Options = None) -> bool:
     _check_name(name)
     fs, root = FilterStore.of(store, storage_options).open()
@@ -240,8 +267,17 @@ def _stored_handles(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, list[
         for path in paths:
             match = _STORED.match(path.rstrip("/").rsplit("/", 1)[-1])
             if match:
-                stored.setdefault(match.group(1), []).append(path.rstrip("/"))
+                entries = _with_contents(fs, path.rstrip("/")) if directory != root else [path.rstrip("/")]
+                stored.setdefault(match.group(1), []).extend(entries)
     return stored
+
+
+def _with_contents(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
+    # A handle's report directory is as young as its newest scan report: the files inside it count.
+    try:
+        return [*fs.ls(path, detail=False), path] if fs.isdir(path) else [path]
+    except FileNotFoundError:
+        return [path]
 
 
 def _modified(fs: fsspec.AbstractFileSystem, path: str) -> float | None:

@@ -222,6 +222,16 @@ def test_bad_options_are_clear_errors(spark, star, options, message):
         reader.load().count()
 
 
+@pytest.mark.parametrize("on_error", ["fallback", "fail"])
+@pytest.mark.parametrize("handle", ["dynf-0123abcd", "DataFrame[v: int, k: int]", "dynf-" + "A" * 32])
+def test_a_malformed_handle_fails_whatever_dynamic_filter_on_error_says(spark, star, handle, on_error):
+    # fallback covers well-formed handles whose filter is unusable; a string that is no handle is a caller's bug.
+    _, store_sales = star
+    reader = spark.read.format("dynsource").option("path", store_sales).option("dynamicFilterOnError", on_error)
+    with pytest.raises(Exception, match=r"is not a dynsource filter handle; expected 'dynf-' followed by 32"):
+        reader.option("dynamicFilter", handle).load().count()
+
+
 def test_missing_path_option(spark):
     with pytest.raises(Exception, match="Option 'path' is required"):
         spark.read.format("dynsource").load().count()
