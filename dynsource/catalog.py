@@ -31,7 +31,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import figures, store
+from dynsource import figures, logs, store
 from dynsource.options import OPTION_NAMES, ScanOptions
 from dynsource.source import DynsourceDataSource
 
@@ -119,7 +119,8 @@ def table_source(
 ) -> type[TableSource]:
     """A new ``TableSource`` class for ``table`` whose definition is in the directory ``location``."""
     # Not importable by name, so cloudpickle ships the class by value, attributes included.
-    attributes = {"table": table, "location": location, "task_figures": task_figures}
+    attributes = {"table": table, "location": location, "task_figures": task_figures,
+                  "driver_log_level": logs.driver_level()}
     return type(f"TableSource_{table.replace('.', '_')}", (TableSource,), attributes)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import storage, store
+from dynsource import logs, storage, store
 from dynsource.ddl import parse_ddl
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
@@ -58,6 +58,7 @@ class ScanOptions:
     dynamic_filter_wait_ms: int = DEFAULT_WAIT_MS
     storage_options: StorageOptions = storage.NO_OPTIONS
     filter_store_options: StorageOptions | None = None
+    log_level: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -85,13 +86,24 @@ class ScanOptions:
             return FilterStore(url, self.filter_store_options)
         return FilterStore(url, self.storage_options if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
 
-_PATH_REQUIRED = "Option 'path' is required: the fsspec URL or local path of the table directory."
+_REGISTER = (
+    "register the table with dynsource.register_table(spark, name, path=...) or `dynsource table create NAME "
+    "--path URL` instead: Spark drops the OPTIONS of CREATE TABLE ... USING for Python data sources"
+)
+_PATH_REQUIRED = (
+    f"Option 'path' is required: the fsspec URL or local path of the table directory. For a catalog table, {_REGISTER}."
+)
+# What Spark hands a Python data source for CREATE TABLE ... USING dynsource: its catalog properties, not the OPTIONS.
+_TABLE_PROPERTIES = {"location", "owner", "provider", "comment", "external", "is_managed_location"}
 
 
 def _parse(options: Mapping[str, str]) -> dict[str, Any]:
     """The ScanOptions attributes ``options`` set, validated."""
     canonical = {name.lower(): name for name in OPTION_NAMES}
     unknown = sorted(key for key in options if key.lower() not in canonical)
+    if "provider" in unknown and {key.lower() for key in unknown} <= _TABLE_PROPERTIES:
+        raise ValueError(f"Data source 'dynsource' got Spark's table properties {unknown} instead of reader options: "
+                         f"CREATE TABLE ... USING dynsource cannot define a table; {_REGISTER}.")
     if unknown:
         raise ValueError(
             f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are {sorted(OPTION_NAMES)}."
@@ -198,6 +210,7 @@ _PARSERS = {
     "dynamicFilterWaitMs": _non_negative_int,
     "storageOptions": StorageOptions.parse,
     "filterStoreOptions": StorageOptions.parse,
+    "logLevel": lambda name, value: logs.parse_level(f"Option '{name}'", value),
 }
 # The ScanOptions attribute of each option whose name is not one already (path, format).
 _FIELDS = {
@@ -217,6 +230,7 @@ _FIELDS = {
     "dynamicFilterWaitMs": "dynamic_filter_wait_ms",
     "storageOptions": "storage_options",
     "filterStoreOptions": "filter_store_options",
+    "logLevel": "log_level",
 }
 # Every option's name as users type it (matched ignoring case).
 OPTION_NAMES = ("path", *_PARSERS)

@@ -9,7 +9,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource import figures, files, planner, rowfilter
+from dynsource import figures, files, logs, planner, rowfilter
 from dynsource.enumerator import PartitionEnumerator
 from dynsource.options import ScanOptions
 from dynsource.scan import plan_scan, table_schema
@@ -106,6 +106,14 @@ class DynsourceDataSource(DataSource):
         fields (planning reads the store; read tasks never do). Over it, exact
         keys travel as their bounds (row groups are skipped, no rows filtered)
         and a Bloom filter does not travel; the scan report says so.
+    logLevel : str, default the driver's ``dynsource`` logger level, else ``$DYNSOURCE_LOG_LEVEL``, else "WARNING"
+        Level of dynsource's log lines in Spark's Python workers, which do not
+        share the driver's logging setup: ``DEBUG``, ``INFO`` (one line per
+        planned scan: partitions kept of the total, files, bytes), ``WARNING``
+        (a filter that cannot be used), ``ERROR`` or ``CRITICAL``. The driver's
+        level is the one set on ``logging.getLogger("dynsource")`` before
+        ``dynsource.register(spark)``. Lines go to the worker's stderr: the
+        console in local mode, the executor's stderr log on a cluster.
 
     Examples
     --------
@@ -132,6 +140,8 @@ class DynsourceDataSource(DataSource):
 
     # How read tasks send their figures to the driver; dynsource.register gives the registered class its own.
     task_figures: ClassVar[figures.Channel | figures.Unavailable] = figures.UNREGISTERED
+    # The driver's dynsource log level when dynsource.register ran (None: not set there).
+    driver_log_level: ClassVar[str | None] = None
 
     @classmethod
     def name(cls) -> str:
@@ -139,44 +149,51 @@ class DynsourceDataSource(DataSource):
 
     @classmethod
     def with_figures(cls, channel: figures.Channel | figures.Unavailable) -> type[DynsourceDataSource]:
-        """A subclass whose read tasks send their figures through ``channel``.
+        """A subclass whose read tasks send their figures through ``channel`` and log at the driver's level.
 
         It is not importable by name, so cloudpickle ships it by value, the
-        channel (an accumulator) included, to the Python workers.
+        channel (an accumulator) and the level included, to the Python workers.
         """
-        return type(f"{cls.__name__}WithFigures", (cls,), {"task_figures": channel})
+        attributes = {"task_figures": channel, "driver_log_level": logs.driver_level()}
+        return type(f"{cls.__name__}WithFigures", (cls,), attributes)
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.scan_options = self.parse_options(options)
+        self.log_level = self.scan_options.log_level or self.driver_log_level
 
     def parse_options(self, options: Mapping[str, str]) -> ScanOptions:
         """The validated options of this source's scans (a registered table's source merges its stored ones)."""
         return ScanOptions.parse(options)
 
     def schema(self) -> StructType:
+        logs.configure_worker(self.log_level)
         fs, root = files.open_table(self.scan_options.path, self.scan_options.storage_options)
         listing = PartitionEnumerator(fs, root).enumerate()
         return table_schema(listing, fs, self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:
-        return DynsourceReader(self.scan_options, schema, self.task_figures)
+        return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level)
 
 
 class DynsourceReader(DataSourceReader):
     def __init__(
-        self, options: ScanOptions, schema: StructType, task_figures: figures.Channel | figures.Unavailable
+        self, options: ScanOptions, schema: StructType, task_figures: figures.Channel | figures.Unavailable,
+        log_level: str | None = None,
     ) -> None:
         self.options = options
         self.schema = schema
         self.task_figures = task_figures
+        self.log_level = log_level
 
     def partitions(self) -> Sequence[InputPartition]:
+        logs.configure_worker(self.log_level)
         return plan_scan(self.options, self.schema, self.task_figures)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
             return
+        logs.configure_worker(self.log_level)
         plan: planner.SplitPlan = partition.value
         fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storage_options)[0])
         target = read_arrow_schema(self.schema)

@@ -376,3 +376,21 @@ def test_overriding_options_are_validated_as_parsed_ones():
         stored.with_options({"colour": "red"})
     with pytest.raises(ValueError, match="Option 'path' is required"):
         stored.with_options({"path": " "})
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE TABLE {name} USING dynsource OPTIONS (path '{path}')",
+    "CREATE TABLE {name} USING dynsource LOCATION '{path}'",
+    "CREATE TABLE {name} (v INT, k INT) USING dynsource OPTIONS (path '{path}', format 'parquet')",
+])
+def test_create_table_using_dynsource_points_to_register_table(spark, tmp_path, statement):
+    # Spark hands a Python source its catalog properties (location, owner, provider), or nothing, not the OPTIONS.
+    pq.write_to_dataset(pa.table({"v": [1, 2], "k": [1, 2]}), tmp_path, partition_cols=["k"])
+    name = f"created_{abs(hash(statement)) % 10_000}"
+    try:
+        with pytest.raises(Exception, match=r"dynsource.register_table\(spark, name, path=\.\.\.\) or `dynsource "
+                                            r"table create NAME --path URL` instead: Spark drops the OPTIONS of CREATE"):
+            spark.sql(statement.format(name=name, path=tmp_path))
+            spark.table(name).count()  # with a schema, Spark creates the table: reading it fails
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
