@@ -5,37 +5,40 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import re
 import sys
+from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from dynsource.storage import FilterStore
+
+_CONNECTION_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_WAREHOUSE = "spark.sql.warehouse.dir"
+# Hive's default: an embedded Derby database in the directory the JVM starts in.
+_DEFAULT_METASTORE = "jdbc:derby:;databaseName=metastore_db;create=true"
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="dynsource", description="Dynamic partition pruning for PySpark.")
+    # The distribution's metadata, as dynsource.__version__, without importing pyspark for every command.
+    parser.add_argument("--version", action="version", version=f"dynsource {metadata.version('dynsource')}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="join a small star schema with and without dynamic filtering")
     demo.add_argument("--data", default="sample_data", help="directory for the generated tables (default: %(default)s)")
-    explain = commands.add_parser("explain", help="print the pruning report of the last scan that used a handle")
+    explain = commands.add_parser("explain", help="print the pruning report of the newest scan that used a handle")
     explain.add_argument("handle", help="a filter handle, as returned by dynsource.collect() or publish()")
-    explain.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
-    explain.add_argument("--store-options", metavar="JSON",
-                         help="fsspec storage options of the store as a JSON object (credentials, endpoint)")
-    expire = commands.add_parser(
-        "expire", help="remove the filter handles unused for a while, with their markers and scan reports",
-        description="Remove every handle of the filter store that nothing published, resolved or reported for "
-                    "--older-than: its payload, pending/failed markers, lease and saved scan reports. A handle a "
-                    "query resolved within the last hour (its lease) is kept whatever --older-than says.",
-    )
-    expire.add_argument("--older-than", required=True, type=_duration, metavar="AGE",
-                        help="a number with an optional unit s, m, h, d or w (default s), e.g. 7d or 12h")
-    expire.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
-    expire.add_argument("--store-options", metavar="JSON",
-                        help="fsspec storage options of the store as a JSON object (credentials, endpoint)")
+    explain.add_argument("--all", action="store_true", help="every kept scan of the handle, oldest first")
+    explain.add_argument("--json", action="store_true", help="every figure, as JSON (a list with --all)")
+    _add_store_arguments(explain)
+    _add_expire_command(commands)
     _add_table_commands(commands)
     _add_sql_command(commands)
     args = parser.parse_args(argv)
@@ -45,13 +48,33 @@ def main(argv: list[str] | None = None) -> None:
 
         run(args.data)
     elif args.command == "explain":
-        _explain(args.handle, args.store, args.store_options)
+        _explain(args)
     elif args.command == "expire":
-        _expire(args.older_than, args.store, args.store_options)
+        _expire(args.older_than, args.store, args.store_options, dry_run=args.dry_run)
     elif args.command == "sql":
         _sql(args)
     else:
         _table(args)
+
+
+def _add_store_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--store", help="filter store URL (default: $DYNSOURCE_FILTER_STORE or the local cache)")
+    command.add_argument("--store-options", metavar="JSON",
+                         help="fsspec storage options of the store as a JSON object (credentials, endpoint)")
+
+
+def _add_expire_command(commands: argparse._SubParsersAction) -> None:
+    expire = commands.add_parser(
+        "expire", help="remove the filter handles unused for a while, with their markers and scan reports",
+        description="Remove every handle of the filter store that nothing published, resolved or reported for "
+                    "--older-than: its payload, pending/failed markers, lease and saved scan reports. A handle a "
+                    "query resolved within the last hour (its lease) is kept whatever --older-than says.",
+    )
+    expire.add_argument("--older-than", required=True, type=_duration, metavar="AGE",
+                        help="a number with an optional unit s, m, h, d or w (default s), e.g. 7d or 12h")
+    expire.add_argument("--dry-run", action="store_true",
+                        help="list the handles that would be removed, and remove nothing")
+    _add_store_arguments(expire)
 
 
 def _add_table_commands(commands: argparse._SubParsersAction) -> None:
@@ -67,10 +90,7 @@ def _add_table_commands(commands: argparse._SubParsersAction) -> None:
     drop = actions.add_parser("drop", help="drop table NAME and delete its definition")
     drop.add_argument("name", help="table name: 'table' or 'db.table'")
     for action in actions.choices.values():
-        action.add_argument("--definitions", help="definitions URL (default: $DYNSOURCE_DEFINITIONS or "
-                                                  "<spark.sql.warehouse.dir>/_dynsource)")
-        action.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                            help="a Spark setting, e.g. spark.sql.warehouse.dir=/data/warehouse (repeatable)")
+        _add_session_arguments(action)
 
 
 def _add_sql_command(commands: argparse._SubParsersAction) -> None:
@@ -82,17 +102,24 @@ def _add_sql_command(commands: argparse._SubParsersAction) -> None:
     sql.add_argument("--explain", action="store_true",
                      help="only collect the dimension keys and plan the pruned scans; print the report")
     sql.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
-    sql.add_argument("--definitions", help="definitions URL (default: $DYNSOURCE_DEFINITIONS or "
-                                           "<spark.sql.warehouse.dir>/_dynsource)")
-    sql.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                     help="a Spark setting, e.g. spark.sql.warehouse.dir=/data/warehouse (repeatable)")
+    _add_session_arguments(sql)
+
+
+def _add_session_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--definitions", help="definitions URL (default: $DYNSOURCE_DEFINITIONS or "
+                                               "<spark.sql.warehouse.dir>/_dynsource)")
+    command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                         help="a Spark setting, e.g. spark.sql.warehouse.dir=/data/warehouse (repeatable)")
+    command.add_argument("--metastore", metavar="DIR",
+                         help="directory of the Hive catalog's Derby database (DIR/metastore_db) and its "
+                              "DIR/derby.log (default: the current directory)")
 
 
 def _sql(args: argparse.Namespace) -> None:
     import dynsource
     from dynsource import catalog
 
-    spark = _hive_session(_pairs(args.conf, "--conf"))
+    spark = _hive_session(args.conf, args.metastore)
     if args.definitions:
         catalog.register_tables(spark, definitions=args.definitions)
     if args.explain:
@@ -104,30 +131,51 @@ def _sql(args: argparse.Namespace) -> None:
 
 
 def _table(args: argparse.Namespace) -> None:
+    from pyspark.errors import AnalysisException
+
     from dynsource import catalog
 
-    spark = _hive_session(_pairs(args.conf, "--conf"))
-    if args.definitions:  # dynsource.register() restored only the tables of the default location
-        catalog.register_tables(spark, definitions=args.definitions)
+    spark = _hive_session(args.conf, args.metastore)
+    actions = {"create": _create_table, "drop": _drop_table, "list": _list_tables}
     try:
-        if args.action == "create":
-            catalog.register_table(spark, args.name, args.path, definitions=args.definitions, replace=args.replace,
-                                   **_pairs(args.option, "--option"))
-            print(f"created table {catalog.qualified_name(spark, args.name)}")
-        elif args.action == "drop":
-            catalog.drop_table(spark, args.name, definitions=args.definitions)
-            print(f"dropped table {catalog.qualified_name(spark, args.name)}")
-        else:
-            _list_tables(spark, args.definitions)
-    except ValueError as error:
-        sys.exit(f"dynsource table {args.action}: {error}")
+        if args.definitions:  # dynsource.register() restored only the tables of the default location
+            catalog.register_tables(spark, definitions=args.definitions)
+        actions[args.action](spark, args)
+    # What a user can cause: a bad name, path, option or location (ValueError, OSError), a missing database.
+    except (ValueError, OSError, AnalysisException) as error:
+        sys.exit(f"dynsource table {args.action}: {_first_line(error)}")
 
 
-def _list_tables(spark: SparkSession, definitions: str | None) -> None:
+def _create_table(spark: SparkSession, args: argparse.Namespace) -> None:
     from dynsource import catalog
 
-    location = catalog.definitions_location(spark, definitions)
-    for table in catalog.stored_tables(location):
+    catalog.register_table(spark, args.name, args.path, definitions=args.definitions, replace=args.replace,
+                           **_pairs(args.option, "--option"))
+    print(f"created table {catalog.qualified_name(spark, args.name)}")
+
+
+def _drop_table(spark: SparkSession, args: argparse.Namespace) -> None:
+    from dynsource import catalog
+
+    table = catalog.qualified_name(spark, args.name)
+    location = catalog.definitions_location(spark, args.definitions)
+    # catalog.in_catalog, not spark.catalog.tableExists: that resolves the table's source, unregistered here
+    # when its definition is elsewhere.
+    if not catalog.in_catalog(spark, table) and table not in catalog.stored_tables(location):
+        raise ValueError(f"table {table} is not registered (no catalog table and no definition in {location}); "
+                         "`dynsource table list` shows the registered ones")
+    catalog.drop_table(spark, args.name, definitions=args.definitions)
+    print(f"dropped table {table}")
+
+
+def _list_tables(spark: SparkSession, args: argparse.Namespace) -> None:
+    from dynsource import catalog
+
+    location = catalog.definitions_location(spark, args.definitions)
+    tables = catalog.stored_tables(location)
+    if not tables:
+        print(f"no dynsource tables registered in {location}")
+    for table in tables:
         state = "in catalog" if catalog.in_catalog(spark, table) else "not in catalog"
         try:
             path = catalog.read_definition(table, location).path
@@ -136,7 +184,7 @@ def _list_tables(spark: SparkSession, definitions: str | None) -> None:
         print(f"{table}\t{state}\t{path}")
 
 
-def _hive_session(settings: dict[str, str]) -> SparkSession:
+def _hive_session(conf: list[str], metastore: str | None) -> SparkSession:
     # Workers must run this interpreter (the system python3 lacks pyarrow), and only a Hive catalog keeps
     # tables after the command.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -144,7 +192,13 @@ def _hive_session(settings: dict[str, str]) -> SparkSession:
 
     import dynsource
 
-    builder = SparkSession.builder.appName("dynsource-table").config("spark.ui.enabled", "false").enableHiveSupport()
+    settings = _pairs(conf, "--conf")
+    if SparkSession.getActiveSession() is None:  # otherwise these settings would not take: the JVM runs already
+        places = _place_catalog(settings, metastore)
+        print(f"dynsource: starting a local Spark session with a Hive catalog ({places}) ...", file=sys.stderr,
+              flush=True)
+    builder = (SparkSession.builder.appName("dynsource-table").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false").enableHiveSupport())
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -152,53 +206,128 @@ def _hive_session(settings: dict[str, str]) -> SparkSession:
     return spark
 
 
+def _place_catalog(settings: dict[str, str], metastore: str | None) -> str:
+    """Point the Derby log next to the metastore (updating ``settings``); say where the catalog's files go."""
+    if metastore is not None:
+        if _CONNECTION_URL in settings:
+            sys.exit(f"dynsource: give --metastore or --conf {_CONNECTION_URL}=..., not both")
+        directory = Path(metastore).resolve()
+        directory.mkdir(parents=True, exist_ok=True)  # Derby creates its database, not the log's directory
+        settings[_CONNECTION_URL] = f"jdbc:derby:;databaseName={directory / 'metastore_db'};create=true"
+    database = _derby_directory(settings.get(_CONNECTION_URL, _DEFAULT_METASTORE))
+    warehouse = settings.get(_WAREHOUSE, "spark-warehouse")
+    warehouse = warehouse if ":" in warehouse else os.path.abspath(warehouse)  # Spark resolves it from the cwd
+    if database is None:
+        return f"metastore {settings[_CONNECTION_URL]}, warehouse {warehouse}"
+    derby_log = database.parent / "derby.log"
+    # Derby reads the property once, when it boots in the driver JVM, which this process has not started yet.
+    settings[_JAVA_OPTIONS] = f'{settings.get(_JAVA_OPTIONS, "")} "-Dderby.stream.error.file={derby_log}"'.strip()
+    return f"metastore {database}, Derby log {derby_log}, warehouse {warehouse}"
+
+
+def _derby_directory(url: str) -> Path | None:
+    """The directory of an embedded Derby database URL; None for another database or a non-directory Derby."""
+    if not url.startswith("jdbc:derby:"):
+        return None
+    name, *attributes = url.removeprefix("jdbc:derby:").split(";")
+    for attribute in attributes:
+        key, _, value = attribute.partition("=")
+        if key.strip() == "databaseName":
+            name = value.strip()
+    name = name.removeprefix("directory:")
+    if not name or name.startswith("//") or re.match(r"(memory|classpath|jar):", name):
+        return None
+    return Path(name).resolve()  # a relative name is relative to derby.system.home, by default the cwd
+
+
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
     pairs = {}
     for item in items:
         key, separator, value = item.partition("=")
         if not separator or not key.strip():
-            sys.exit(f"dynsource table: {flag} {item!r} is not KEY=VALUE")
+            sys.exit(f"dynsource: {flag} {item!r} is not KEY=VALUE")
         pairs[key.strip()] = value
     return pairs
 
 
-def _explain(handle: str, store: str | None, store_options: str | None) -> None:
-    from dynsource.report import scan_report
+def _first_line(error: Exception) -> str:
+    # Spark's errors append the JVM stack trace to their message.
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _explain(args: argparse.Namespace) -> None:
+    from dynsource.report import scan_report, scan_reports
     from dynsource.storage import StorageOptions
 
     try:
-        report = scan_report(handle, store, storage_options=StorageOptions.parse("--store-options", store_options))
-    except (LookupError, ValueError) as error:
+        options = StorageOptions.parse("--store-options", args.store_options)
+        reports = (scan_reports(args.handle, args.store, storage_options=options) if args.all
+                   else [scan_report(args.handle, args.store, storage_options=options)])
+    except (LookupError, ValueError, OSError) as error:
         sys.exit(f"dynsource explain: {error}")
-    width = max(len(field.name) for field in dataclasses.fields(report))
-    for field in dataclasses.fields(report):
-        print(f"{field.name:<{width}}  {getattr(report, field.name)}")
+    if not reports:
+        sys.exit(f"dynsource explain: no scan has used dynamic filter handle '{args.handle}' yet")
+    if args.json:
+        fields = [dataclasses.asdict(report) for report in reports]
+        print(json.dumps(fields if args.all else fields[0], indent=2))
+    else:
+        print("\n\n".join(str(report) for report in reports))
 
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def _duration(text: str) -> float:
+@dataclasses.dataclass(frozen=True)
+class _Duration:
+    """An --older-than value: as typed, for messages, and in seconds."""
+
+    text: str
+    seconds: float
+
+
+def _duration(text: str) -> _Duration:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
     if match is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration; expected a number with an optional unit s, m, h, d or w, e.g. 7d"
         )
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    return _Duration(text.strip(), float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _expire(older_than: float, store_url: str | None, store_options: str | None) -> None:
+def _expire(older_than: _Duration, store_url: str | None, store_options: str | None, *, dry_run: bool) -> None:
     from dynsource import store
     from dynsource.storage import FilterStore, StorageOptions
 
     try:
         location = FilterStore.of(store_url, StorageOptions.parse("--store-options", store_options))
-    except ValueError as error:
+        if not _store_exists(location):
+            print(f"dynsource expire: filter store {location} does not exist; nothing to remove", file=sys.stderr)
+            return
+        handles = store.expire(older_than.seconds, location, dry_run=dry_run)
+    except (ValueError, ImportError, OSError) as error:  # a malformed or unreachable store
         sys.exit(f"dynsource expire: {error}")
-    removed = store.expire(older_than, location)
-    for handle in removed:
+    for handle in handles:
         print(handle)
-    print(f"removed {len(removed)} handle(s) unused for {older_than:g} s from {location}", file=sys.stderr)
+    verb, note = ("would remove", " (dry run: nothing removed)") if dry_run else ("removed", "")
+    print(f"{verb} {len(handles)} handle(s) unused for {older_than.text} from {location}{note}", file=sys.stderr)
+
+
+_STORE_URLS = "expected a local directory or an fsspec URL of an installed filesystem (file://, s3://, memory://...)"
+
+
+def _store_exists(location: FilterStore) -> bool:
+    """Whether the store's directory exists; ValueError when its URL names no installed fsspec filesystem."""
+    import fsspec
+
+    scheme, separator, _ = location.url.partition("://")
+    # fsspec reads a one-letter scheme as a Windows drive: 'x://y' would be the local path 'x:/y'.
+    if separator and fsspec.core.split_protocol(location.url)[0] is None:
+        raise ValueError(f"filter store '{location}' (--store) has the unknown protocol '{scheme}'; {_STORE_URLS}")
+    try:
+        fs, root = location.open()
+    except (ValueError, ImportError) as error:  # "Protocol not known: xy", or its package is not installed
+        raise ValueError(f"filter store '{location}' (--store) cannot be opened: {error}; {_STORE_URLS}") from None
+    return fs.exists(root)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 FIRST_DATE = datetime.date(1998, 1, 1)
 FIRST_DATE_SK = 2450815  # TPC-DS surrogate key of 1998-01-01
 DAYS = 1826
+SALES_ROWS = 200_000
 QUERY = """
 SELECT COUNT(*) AS sales, SUM(ss_sales_price) AS revenue
 FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk
@@ -22,11 +23,15 @@ WHERE d_year = 2000 AND d_moy = 12
 """
 
 
-def write_star_schema(root: Path, *, sales_rows: int = 200_000, seed: int = 7) -> tuple[str, str]:
+def star_schema_exists(root: Path) -> bool:
+    """Whether :func:`write_star_schema` finished writing in ``root`` (an interrupted write is redone)."""
+    return (root / ".complete").exists()
+
+
+def write_star_schema(root: Path, *, sales_rows: int = SALES_ROWS, seed: int = 7) -> tuple[str, str]:
     """Write ``date_dim`` and ``store_sales`` (Hive-partitioned by ss_sold_date_sk, 0.1% null keys)."""
     date_dim, store_sales = root / "date_dim", root / "store_sales"
-    done = root / ".complete"
-    if done.exists():
+    if star_schema_exists(root):
         return str(date_dim), str(store_sales)
     rng = np.random.default_rng(seed)
     dates = [FIRST_DATE + datetime.timedelta(days=i) for i in range(DAYS)]
@@ -52,8 +57,13 @@ def write_star_schema(root: Path, *, sales_rows: int = 200_000, seed: int = 7) -
     # Sorted by key, each partition is written as one file, as a batch job's partitioned write would.
     sales = sales.sort_by([("ss_sold_date_sk", "ascending")])
     pq.write_to_dataset(sales, store_sales, partition_cols=["ss_sold_date_sk"], max_partitions=DAYS + 1)
-    done.touch()
+    (root / ".complete").touch()
     return str(date_dim), str(store_sales)
+
+
+def progress(message: str) -> None:
+    # On stderr, ahead of Spark's own start-up lines: the results on stdout stay as they were.
+    print(f"dynsource demo: {message}", file=sys.stderr, flush=True)
 
 
 def run(data_dir: str = "sample_data") -> None:
@@ -63,7 +73,13 @@ def run(data_dir: str = "sample_data") -> None:
 
     import dynsource
 
-    date_dim_path, store_sales_path = write_star_schema(Path(data_dir).resolve() / "star")
+    star = Path(data_dir).resolve() / "star"
+    if star_schema_exists(star):
+        progress(f"using the sample star schema in {star}")
+    else:
+        progress(f"generating the sample star schema in {star} ({SALES_ROWS:,} sales rows) ...")
+    date_dim_path, store_sales_path = write_star_schema(star)
+    progress("starting a local Spark session (local[*]) ...")
     spark = (SparkSession.builder.master("local[*]").appName("dynsource-demo")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -102,12 +118,8 @@ def run(data_dir: str = "sample_data") -> None:
     total_files = sum(1 for p in Path(store_sales_path).rglob("*.parquet"))
     total_bytes = sum(p.stat().st_size for p in Path(store_sales_path).rglob("*.parquet"))
     print(f"\npruning report (dynsource explain {report.handle}):")
-    print(f"  payload: {report.payload_kind}, {report.keys} keys, {report.payload_bytes:,} bytes")
-    print(f"  partitions kept/total: {report.partitions_kept}/{report.partitions_total}")
-    print(f"  files read: {report.files_kept} of {total_files}; bytes read: {report.bytes_kept:,} of {total_bytes:,}")
-    print(f"  directory listings: {report.listings}; planning: {report.planning_ms} ms "
-          f"(of which waiting for the filter: {report.wait_ms} ms)")
-    print(f"  fallback: {report.fallback_reason or 'none'}")
+    print(report)
+    print(f"  of the table's {total_files:,} files and {total_bytes:,} bytes")
     print("results equal: " + ("yes" if len(set(results)) == 1 else f"NO {results}"))
     spark.stop()
     if len(set(results)) != 1:

@@ -389,7 +389,7 @@ def test_create_table_using_dynsource_points_to_register_table(spark, tmp_path, 
     name = f"created_{abs(hash(statement)) % 10_000}"
     try:
         with pytest.raises(Exception, match=r"dynsource.register_table\(spark, name, path=\.\.\.\) or `dynsource "
-                                            r"table create NAME --path URL` instead: Spark drops the OPTIONS of CREATE"):
+                                            r"table create NAME --path URL` instead: Spark drops the OPTIONS"):
             spark.sql(statement.format(name=name, path=tmp_path))
             spark.table(name).count()  # with a schema, Spark creates the table: reading it fails
     finally:

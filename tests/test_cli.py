@@ -2,29 +2,47 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dynsource
+from dynsource import store
+
+DATA = dynsource.DynamicFilteringData([("k", "int")], [(1,)])
 
 
-def run_cli(*args: str, env=None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dynsource.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          cwd=cwd, timeout=600)
 
 
-def test_explain_prints_the_report_of_a_scan(spark, tmp_path):
+def dynsource_lines(stderr: str) -> list[str]:
+    """What the command itself wrote to stderr, without Spark's start-up lines."""
+    return [line for line in stderr.splitlines() if line.startswith("dynsource")]
+
+
+def test_explain_prints_a_summary_and_json_of_the_newest_or_every_scan(spark, tmp_path):
     pq.write_to_dataset(pa.table({"v": [1, 2, 3], "k": [1, 2, 3]}), tmp_path, partition_cols=["k"])
     handle = dynsource.publish(dynsource.DynamicFilteringData([("k", "int")], [(2,)]))
-    spark.read.format("dynsource").option("path", str(tmp_path)).option("dynamicFilter", handle).load().collect()
-    result = run_cli("explain", handle)
-    assert result.returncode == 0, result.stderr
-    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
-    assert lines["handle"] == handle
-    assert (lines["partitions_kept"], lines["partitions_total"]) == ("1", "3")
+    df = spark.read.format("dynsource").option("path", str(tmp_path)).option("dynamicFilter", handle).load()
+    df.collect()
+    summary = run_cli("explain", handle)
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stdout.splitlines() == str(dynsource.scan_report(handle)).splitlines()
+    assert summary.stdout.startswith(f"dynamic filter {handle} on {tmp_path} (scan ")
+    assert "  partitions: 1 of 3 kept" in summary.stdout.splitlines() and "None" not in summary.stdout
+    df.filter("v > 0").collect()  # another query of the DataFrame: another scan
+    machine = run_cli("explain", handle, "--all", "--json")
+    scans = json.loads(machine.stdout)
+    assert [(scan["partitions_kept"], scan["partitions_total"]) for scan in scans] == [(1, 3)] * len(scans)
+    assert len(scans) >= 1 and len({scan["scan_id"] for scan in scans}) == len(scans)
+    assert json.loads(run_cli("explain", handle, "--json").stdout)["scan_id"] == scans[-1]["scan_id"]
 
 
 def test_explain_of_an_unknown_handle_says_so():
@@ -36,4 +54,64 @@ def test_demo_runs_and_its_three_results_agree(tmp_path):
     result = run_cli("demo", "--data", str(tmp_path), env=None)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "results equal: yes" in result.stdout
-    assert "partitions kept/total: 31/1827" in result.stdout
+    assert "  partitions: 31 of 1,827 kept" in result.stdout.splitlines()
+    assert dynsource_lines(result.stderr)[:2] == [
+        f"dynsource demo: generating the sample star schema in {tmp_path / 'star'} (200,000 sales rows) ...",
+        "dynsource demo: starting a local Spark session (local[*]) ...",
+    ]
+
+
+def test_version_is_the_installed_distributions():
+    result = run_cli("--version")
+    assert (result.returncode, result.stdout.strip()) == (0, f"dynsource {dynsource.__version__}")
+
+
+def test_expire_of_a_store_with_an_unknown_protocol_fails_naming_it(tmp_path):
+    # 'x://' is what fsspec would otherwise read as the local directory 'x:/y' (a Windows drive), and find empty.
+    for url, protocol in (("x://y", "'x'"), ("xy://y", "Protocol not known: xy")):
+        result = run_cli("expire", "--older-than", "7d", "--store", url, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"dynsource expire: filter store '{url}' (--store)") and protocol in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_expire_dry_run_lists_what_expire_then_removes_and_echoes_the_age_as_typed(tmp_path):
+    root = str(tmp_path)
+    old, fresh = store.publish(DATA, root), store.publish(DATA, root)
+    stamp = time.time() - 8 * 86400
+    os.utime(tmp_path / f"{old}.dynf", (stamp, stamp))
+    dry = run_cli("expire", "--older-than", "7d", "--store", root, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.split() == [old]
+    assert dry.stderr.strip() == f"would remove 1 handle(s) unused for 7d from {root} (dry run: nothing removed)"
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([f"{old}.dynf", f"{fresh}.dynf"])
+    removed = run_cli("expire", "--older-than", "1w", "--store", root)
+    assert (removed.returncode, removed.stdout.split()) == (0, [old]), removed.stderr
+    assert removed.stderr.strip() == f"removed 1 handle(s) unused for 1w from {root}"
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"{fresh}.dynf"]
+    missing = run_cli("expire", "--older-than", "7d", "--store", str(tmp_path / "missing"))
+    assert missing.returncode == 0
+    assert missing.stderr.strip() == f"dynsource expire: filter store {tmp_path / 'missing'} does not exist; " \
+        "nothing to remove"
+
+
+def test_table_commands_say_where_the_catalog_goes_and_fail_in_one_line(tmp_path):
+    session = ("--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}", "--definitions", str(tmp_path / "defs"),
+               "--metastore", "meta")
+    dropped = run_cli("table", "drop", "nonexistent", *session, cwd=tmp_path)
+    assert dropped.returncode == 1, dropped.stderr[-3000:]
+    meta = tmp_path / "meta"
+    assert dynsource_lines(dropped.stderr) == [
+        f"dynsource: starting a local Spark session with a Hive catalog (metastore {meta / 'metastore_db'}, "
+        f"Derby log {meta / 'derby.log'}, warehouse {tmp_path / 'wh'}) ...",
+        f"dynsource table drop: table default.nonexistent is not registered (no catalog table and no definition "
+        f"in {tmp_path / 'defs'}); `dynsource table list` shows the registered ones"]
+    assert (meta / "derby.log").is_file() and (meta / "metastore_db").is_dir()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["meta"]  # no derby.log, metastore_db in the cwd
+    listed = run_cli("table", "list", *session, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert listed.stdout.strip() == f"no dynsource tables registered in {tmp_path / 'defs'}"
+    created = run_cli("table", "create", "x", "--path", "/nothing", *session, cwd=tmp_path)
+    assert created.returncode == 1 and "Traceback" not in created.stderr
+    assert dynsource_lines(created.stderr)[1:] == ["dynsource table create: Option 'path': '/nothing' does not exist."]

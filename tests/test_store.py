@@ -179,6 +179,19 @@ def test_expire_on_an_in_memory_store(location):
     assert store.resolve(leased, location) == DATA
 
 
+def test_expire_dry_run_returns_the_handles_it_would_remove_and_removes_nothing(tmp_path):
+    root = str(tmp_path)
+    old, fresh = store.publish(DATA, root), store.publish(DATA, root)
+    store.put(f"reports/{old}.json", b"{}", root)
+    for path in tmp_path.rglob("*"):
+        if fresh not in str(path):
+            age(path, 8)
+    before = sorted(tmp_path.rglob("*"))
+    assert store.expire(dt.timedelta(days=7), root, dry_run=True) == [old]
+    assert sorted(tmp_path.rglob("*")) == before
+    assert store.expire(dt.timedelta(days=7), root) == [old]
+
+
 def test_expire_of_a_store_that_does_not_exist_removes_nothing(tmp_path):
     assert store.expire(0, str(tmp_path / "missing")) == []
 
@@ -203,7 +216,7 @@ def test_expire_command_removes_the_old_unused_handles(tmp_path):
     result = run_cli("expire", "--older-than", "7d", "--store", root)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [unused]
-    assert f"removed 1 handle(s) unused for 604800 s from {root}" in result.stderr
+    assert f"removed 1 handle(s) unused for 7d from {root}" in result.stderr
     assert store.resolve(in_use, root) == DATA and store.resolve(kept, root) == DATA
 
 
