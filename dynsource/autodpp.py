@@ -33,8 +33,8 @@ from pyspark.sql.types import StructType
 
 from dynsource import benefit, catalog, collector, starjoin
 from dynsource import store as filter_store
-from dynsource.enumerator import Level
 from dynsource.filtering import DynamicFilteringData
+from dynsource.levels import Level
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scan import plan_scan

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dynsource import files
-from dynsource.enumerator import Level, PartitionEnumerator, PartitionTyping
+from dynsource.enumerator import PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData, conjunction
+from dynsource.levels import Level, PartitionTyping
 from dynsource.options import ScanOptions
 
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio

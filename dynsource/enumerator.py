@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -23,77 +23,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from dynsource import partitions
 from dynsource.filtering import DynamicFilteringData
+from dynsource.levels import Level, LevelFilter, PartitionTyping, PartitionValues
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class PartitionTyping:
-    """How a walk types directory values: a column's known Spark SQL type, else Spark's inference over its level.
-
-    ``time_zone`` is the zone of timestamp values (None: this process's zone).
-    """
-
-    column_types: Mapping[str, str]
-    time_zone: str | None = None
-
-    def type_level(self, column: str, raw: Sequence[str]) -> tuple[str, pa.Array, pa.Array]:
-        """The type, the typed values (null where Spark cannot convert one), and where that happened."""
-        known = {name.lower(): type_name for name, type_name in self.column_types.items()}
-        type_name = known.get(column.lower()) or partitions.infer_type(raw)
-        typed = partitions.to_arrow(raw, type_name, time_zone=self.time_zone, strict=False)
-        not_null = pc.not_equal(pa.array(raw, pa.string()), partitions.DEFAULT_PARTITION_NAME)
-        return type_name, typed, pc.and_(not_null, pc.is_null(typed))
-
-
-@dataclass(frozen=True)
-class PartitionValues:
-    """The typed values of some partition directories: per partition column its type, values and failures.
-
-    ``failed`` marks values other than the null partition that have no image in
-    their type: Spark ignores such a directory unless it holds files, and then
-    fails the scan.
-    """
-
-    types: tuple[str, ...] = ()
-    arrays: tuple[pa.Array, ...] = ()
-    failed: tuple[pa.Array, ...] = ()
-
-    def take(self, indices: Sequence[int]) -> PartitionValues:
-        chosen = pa.array(indices, pa.int64())
-        return PartitionValues(self.types, tuple(a.take(chosen) for a in self.arrays),
-                               tuple(f.take(chosen) for f in self.failed))
-
-    def filter(self, keep: Sequence[bool]) -> PartitionValues:
-        mask = pa.array(keep, pa.bool_())
-        return PartitionValues(self.types, tuple(a.filter(mask) for a in self.arrays),
-                               tuple(f.filter(mask) for f in self.failed))
-
-    def extend(self, level: tuple[str, pa.Array, pa.Array]) -> PartitionValues:
-        type_name, typed, failed = level
-        return PartitionValues((*self.types, type_name), (*self.arrays, typed), (*self.failed, failed))
-
-
-@dataclass(frozen=True)
-class Level:
-    """The candidate directories of one level of a walk, in order.
-
-    ``columns`` are the partition columns so far (the last one is this level's),
-    ``raw_rows`` each candidate's raw (escaped) values, one per column, and
-    ``values`` their typed values, or None when the walk types nothing.
-    """
-
-    columns: tuple[str, ...]
-    raw_rows: Sequence[tuple[str, ...]]
-    values: PartitionValues | None = None
-
-    def typed(self, column: str) -> tuple[str, pa.Array, pa.Array]:
-        """Column ``column``'s type, typed values and failures (see :class:`PartitionValues`)."""
-        index = self.columns.index(column)
-        return self.values.types[index], self.values.arrays[index], self.values.failed[index]
-
-
-# Decides, for the candidate directories of one level, which to descend into; None keeps them all.
-LevelFilter = Callable[[Level], Sequence[bool] | None]
 
 _LIST_THREADS = 16
 
@@ -153,9 +85,11 @@ class Listing:
 class PartitionEnumerator:
     """Walks a Hive-style table directory (``root/k1=v1/k2=v2/file``) one level at a time."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, base: str | None = None) -> None:
         self.fs = fs
         self.root = root.rstrip("/") or "/"
+        # Spark's basePath: the directories from it down to root are partition levels of the walk.
+        self.base = None if base is None else base.rstrip("/") or "/"
 
     def enumerate(self, level_filter: LevelFilter | None = None, typing: PartitionTyping | None = None) -> Listing:
         """List the table's partitions, descending only into directories ``level_filter`` keeps.
@@ -165,12 +99,19 @@ class PartitionEnumerator:
         """
         listing = Listing(columns=(), partitions=[])
         root_info = self._root_info()
+        directory = self.root if root_info["type"] == "directory" else self.root.rsplit("/", 1)[0]
+        frontier, values = [(directory, ())], PartitionValues() if typing else None
+        for column, raw in self._levels_above(directory):
+            if not frontier:
+                break
+            candidates = [(path, (*raws, raw)) for path, raws in frontier]
+            frontier, values = self._level(listing, column, candidates, range(len(frontier)), values, typing,
+                                           level_filter)
         if root_info["type"] != "directory":
-            listing.partitions.append(Partition(self.root, (), (DataFile(root_info["name"], root_info["size"]),)))
-            listing.values = PartitionValues() if typing else None
+            file = DataFile(root_info["name"], root_info["size"])
+            listing.partitions.extend(Partition(self.root, raws, (file,)) for _, raws in frontier)
+            listing.values = values
             return listing
-        frontier = [(self.root, ())]
-        values = PartitionValues() if typing else None
         with ThreadPoolExecutor(_LIST_THREADS) as pool:
             while frontier:
                 children = list(pool.map(lambda node: self._list(node[0], listing), frontier))
@@ -180,21 +121,40 @@ class PartitionEnumerator:
                     values = values.take([index for index, _ in kept]) if values is not None else None
                     break
                 column = self._level_column(frontier, children, listing.columns)
-                listing.columns += (column,)
                 parents = [index for index, (_, _, kv) in enumerate(children) for _ in kv]
                 candidates = [(path, (*frontier[index][1], raw)) for index, (_, _, kv) in enumerate(children)
                               for path, _, raw in kv]
-                if values is not None:
-                    values = values.take(parents).extend(typing.type_level(column, [v[-1] for _, v in candidates]))
-                level = Level(listing.columns, [v for _, v in candidates], values)
-                keep = level_filter(level) if level_filter else None
-                if keep is not None:
-                    listing.pruned[column] = sum(1 for k in keep if not k)
-                    candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
-                    values = values.filter(keep) if values is not None else None
-                frontier = candidates
+                frontier, values = self._level(listing, column, candidates, parents, values, typing, level_filter)
         listing.values = values
         return listing
+
+    @staticmethod
+    def _level(listing, column, candidates, parents, values, typing, level_filter):
+        """Add ``column``'s level to the walk: type the candidates, keep those the level filter keeps."""
+        listing.columns += (column,)
+        if values is not None:
+            values = values.take(list(parents)).extend(typing.type_level(column, [v[-1] for _, v in candidates]))
+        keep = level_filter(Level(listing.columns, [v for _, v in candidates], values)) if level_filter else None
+        if keep is not None:
+            listing.pruned[column] = sum(1 for k in keep if not k)
+            candidates = [c for c, k in zip(candidates, keep, strict=True) if k]
+            values = values.filter(keep) if values is not None else None
+        return candidates, values
+
+    def _levels_above(self, directory: str) -> list[tuple[str, str]]:
+        """(column, raw value) of each ``key=value`` directory from ``base`` down to ``directory``."""
+        if self.base is None:
+            return []
+        if directory != self.base and not directory.startswith(self.base.rstrip("/") + "/"):
+            raise ValueError(f"Option 'basePath' = '{self.base}' is not a parent directory of option 'path' = "
+                             f"'{self.root}'.")
+        segments = [segment for segment in directory[len(self.base):].split("/") if segment]
+        levels = [partitions.parse_directory_name(segment) for segment in segments]
+        stray = next((segment for segment, level in zip(segments, levels, strict=True) if level is None), None)
+        if stray is not None:
+            raise ValueError(f"Option 'basePath': directory '{stray}' between basePath '{self.base}' and path "
+                             f"'{self.root}' is not a partition directory (key=value); every one between them must be.")
+        return levels
 
     def _root_info(self) -> dict:
         try:

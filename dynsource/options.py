@@ -42,6 +42,7 @@ class ScanOptions:
 
     path: str
     format: str = "parquet"
+    base_path: str | None = None
     dynamic_filter: str | None = None
     dynamic_filtering_enabled: bool = True
     dynamic_filter_on_error: str = "fallback"
@@ -193,6 +194,7 @@ def _time_zone(name: str, value: str) -> str:
 
 
 _PARSERS = {
+    "basePath": _text,
     "format": _choice(FORMATS),
     "dynamicFilter": _handle,
     "dynamicFilteringEnabled": _boolean,
@@ -214,6 +216,7 @@ _PARSERS = {
 }
 # The ScanOptions attribute of each option whose name is not one already (path, format).
 _FIELDS = {
+    "basePath": "base_path",
     "dynamicFilter": "dynamic_filter",
     "dynamicFilteringEnabled": "dynamic_filtering_enabled",
     "dynamicFilterOnError": "dynamic_filter_on_error",

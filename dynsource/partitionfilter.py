@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from dynsource import partitions, types
-from dynsource.enumerator import Level, LevelFilter
+from dynsource.levels import Level, LevelFilter
 
 OPTION = "partitionFilter"
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")

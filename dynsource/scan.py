@@ -16,13 +16,20 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructField, StructType
 
-from dynsource import figures, files, partitions, planner, report, rowfilter, store
+from dynsource import figures, files, partitions, planner, report, rowfilter, storage, store
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 from dynsource.types import arrow_type, normalize_type, spark_schema
 
 log = logging.getLogger(__name__)
+
+
+def table_walk(options: ScanOptions) -> tuple[Any, PartitionEnumerator]:
+    """The table's filesystem and its walk: from ``path``, or from ``basePath`` down through ``path``."""
+    fs, root = files.open_table(options.path, options.storage_options)
+    base = None if options.base_path is None else storage.filesystem(options.base_path, options.storage_options)[1]
+    return fs, PartitionEnumerator(fs, root, base)
 
 
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
@@ -65,14 +72,14 @@ def plan_scan(
 ) -> list[InputPartition]:
     """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files."""
     started = time.perf_counter()
-    fs, root = files.open_table(options.path, options.storage_options)
+    fs, walk = table_walk(options)
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
     column_types = _read_column_types(options, schema)
     partition_filter = options.partition_filter
     if partition_filter is not None:
         partition_filter.check_types(column_types)
     enumerator = DynamicPartitionEnumerator(
-        PartitionEnumerator(fs, root), column_types, data_columns=schema.names, time_zone=options.time_zone,
+        walk, column_types, data_columns=schema.names, time_zone=options.time_zone,
         on_error=options.dynamic_filter_on_error,
         static_filter=partition_filter.level_filter() if partition_filter else None,
     )

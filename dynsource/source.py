@@ -10,9 +10,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from dynsource import figures, files, logs, planner, rowfilter
-from dynsource.enumerator import PartitionEnumerator
 from dynsource.options import ScanOptions
-from dynsource.scan import plan_scan, table_schema
+from dynsource.scan import plan_scan, table_schema, table_walk
 from dynsource.types import read_arrow_schema
 
 
@@ -45,6 +44,13 @@ class DynsourceDataSource(DataSource):
     path : str, required
         Table directory as an fsspec URL (``file:///data/store_sales``,
         ``memory://t``, ``s3://bucket/t``) or a local path.
+    basePath : str, default none
+        As Spark's file sources: when ``path`` is a partition directory (or a
+        file in one) of the table at ``basePath``, the ``key=value`` directories
+        between them are partition columns too, e.g. ``path`` =
+        ``.../store_sales/ss_sold_date_sk=2451545`` with ``basePath`` =
+        ``.../store_sales`` keeps column ``ss_sold_date_sk``. Without it, as in
+        Spark, the scan sees only what is below ``path``.
     format : str, default "parquet"
         File format of the data files: ``parquet``, ``orc``, ``csv`` (with a
         header row) or ``json`` (one object per line), read by pyarrow.dataset.
@@ -168,8 +174,8 @@ class DynsourceDataSource(DataSource):
 
     def schema(self) -> StructType:
         logs.configure_worker(self.log_level)
-        fs, root = files.open_table(self.scan_options.path, self.scan_options.storage_options)
-        listing = PartitionEnumerator(fs, root).enumerate()
+        fs, walk = table_walk(self.scan_options)
+        listing = walk.enumerate()
         return table_schema(listing, fs, self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:

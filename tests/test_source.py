@@ -248,3 +248,32 @@ def test_schema_naming_a_missing_column_is_a_clear_error(spark, star):
     df = spark.read.format("dynsource").schema("nope int").option("path", store_sales).load()
     with pytest.raises(Exception, match=r"\['nope'\].*neither partition columns"):
         df.count()
+
+
+def test_base_path_keeps_the_partition_columns_above_path_as_spark_does(spark, tmp_path):
+    table = pa.table({"v": list(range(12)), "a": [i % 2 for i in range(12)], "b": [i % 3 for i in range(12)]})
+    pq.write_to_dataset(table, tmp_path, partition_cols=["a", "b"])
+    leaf = tmp_path / "a=1" / "b=2"
+    file = next(leaf.glob("*.parquet"))
+    for path in (tmp_path / "a=1", leaf, file):
+        native = spark.read.option("basePath", str(tmp_path)).parquet(str(path))
+        ours = read(spark, path, basePath=str(tmp_path))
+        assert ours.columns == native.columns == ["v", "a", "b"]
+        assert rows(ours) == rows(native) and len(rows(ours)) > 0
+    assert read(spark, leaf).columns == spark.read.parquet(str(leaf)).columns == ["v"]  # without it, as Spark
+    kept = dynsource.publish(dynsource.DynamicFilteringData([("b", "int")], [(2,)]))
+    pruned = dynsource.publish(dynsource.DynamicFilteringData([("a", "int")], [(0,)]))
+    assert rows(read(spark, tmp_path / "a=1", basePath=str(tmp_path), dynamicFilter=kept)) == rows(
+        spark.read.parquet(str(tmp_path)).where("a = 1 AND b = 2"))
+    assert read(spark, leaf, basePath=str(tmp_path), dynamicFilter=pruned).count() == 0
+    assert dynsource.scan_report(pruned).pruned_by_column == {"a": 1}
+
+
+@pytest.mark.parametrize(("base", "message"), [
+    ("elsewhere", r"Option 'basePath' = '.*elsewhere' is not a parent directory of option 'path' = '.*b=2'"),
+    ("", r"Option 'basePath': directory 'plain' between basePath '.*' and path '.*' is not a partition directory"),
+])
+def test_a_base_path_that_does_not_lead_to_path_is_a_clear_error(spark, tmp_path, base, message):
+    pq.write_to_dataset(pa.table({"v": [1], "b": [2]}), tmp_path / "plain", partition_cols=["b"])
+    with pytest.raises(Exception, match=message):
+        read(spark, tmp_path / "plain" / "b=2", basePath=str(tmp_path / base)).count()
