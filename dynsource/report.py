@@ -1,11 +1,12 @@
 """Scan reports: what a dynamically filtered scan kept, pruned and why (EXPLAIN for dynamic filtering).
 
 The scan is planned in a Python worker on the driver's host, so the report is
-written to the filter store under the filter's handle and read back in the
-driver. Row groups and rows are counted later, by the ``read()`` tasks in
-executors, which send them through a Spark accumulator (:mod:`dynsource.figures`);
-:func:`scan_report` adds up the figures of the tasks of the last planned scan,
-or says why there are none to add up.
+written to the filter store, one file per scan under the filter's handle
+(``reports/<handle>/<planned at>-<scan id>.json``, the newest ``MAX_SCANS_KEPT``),
+and read back in the driver. Row groups and rows are counted later, by the
+``read()`` tasks in executors, which send them through a Spark accumulator
+(:mod:`dynsource.figures`); :func:`scan_report` adds up the figures of the tasks
+of the scan it shows, or says why there are none to add up.
 """
 
 from __future__ import annotations
