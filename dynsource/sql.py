@@ -105,7 +105,10 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     [Row(v=3, tag='x')]
     >>> print(dynsource.scan_report(df))
     default.kv (kv.k) <- default.tags (tags.d): exact, 1 keys, collected in ... ms; reads columns ['v', 'k']
-      partitions kept/total: 1/3, files 1, bytes ...
+      payload: exact, 1 key(s), ... bytes
+      partitions: 1 of 3 kept
+      files: 1 (... bytes) in ... input partition(s)
+      listings: ...
     >>> dynsource.drop_table(spark, "kv")
     """
     text = _with_options_read(spark, query)
