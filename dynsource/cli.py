@@ -317,12 +317,6 @@ _STORE_URLS = "expected a local directory or an fsspec URL of an installed files
 
 def _store_exists(location: FilterStore) -> bool:
     """Whether the store's directory exists; ValueError when its URL names no installed fsspec filesystem."""
-    import fsspec
-
-    scheme, separator, _ = location.url.partition("://")
-    # fsspec reads a one-letter scheme as a Windows drive: 'x://y' would be the local path 'x:/y'.
-    if separator and fsspec.core.split_protocol(location.url)[0] is None:
-        raise ValueError(f"filter store '{location}' (--store) has the unknown protocol '{scheme}'; {_STORE_URLS}")
     try:
         fs, root = location.open()
     except (ValueError, ImportError) as error:  # "Protocol not known: xy", or its package is not installed

@@ -129,7 +129,14 @@ def masked(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def filesystem(url: str, options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem of ``url`` opened with ``options``, and the path inside it."""
+    """The fsspec filesystem of ``url`` opened with ``options``, and the path inside it.
+
+    ``ValueError`` for a protocol fsspec does not know, including a one-letter
+    one: fsspec reads ``x://y`` as a Windows drive, the local path ``x://y``.
+    """
+    scheme, separator, _ = url.partition("://")
+    if separator and fsspec.core.split_protocol(url)[0] is None:
+        raise ValueError(f"Protocol not known: {scheme} ('{scheme}' is read as a Windows drive letter, not a protocol)")
     return fsspec.core.url_to_fs(url, **dict(options or {}))
 
 

@@ -394,3 +394,13 @@ def test_create_table_using_dynsource_points_to_register_table(spark, tmp_path, 
             spark.table(name).count()  # with a schema, Spark creates the table: reading it fails
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_one_letter_protocol_is_unknown_not_a_local_directory(tmp_path, monkeypatch):
+    # fsspec alone reads 'x://t' as a Windows drive: a local path that does not exist, or an empty store.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"^Option 'path' = 'x://t' cannot be opened: Protocol not known: x "):
+        files.open_table("x://t")
+    with pytest.raises(store.FilterStoreError, match=r"^Filter store 'x://f' cannot be written .*Protocol not known"):
+        dynsource.publish(DynamicFilteringData([("k", "int")], [(1,)]), "x://f")
+    assert list(tmp_path.iterdir()) == []
