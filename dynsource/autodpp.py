@@ -8,6 +8,14 @@ puts in the fact reference's place a temporary view that reads the table through
 its own source with the filter's handle and only the columns the query uses.
 The rewritten query then runs in Spark as usual.
 
+Names are resolved as Spark resolves them (:mod:`dynsource.names`). The rows a
+dimension's keys are collected from are read once into a snapshot that the
+rewritten query reads in the dimension's place (:mod:`dynsource.pins`), so
+every action on the returned DataFrame joins the very dimension rows whose keys
+pruned the fact. The rewrite refers to DataFrames (the snapshots, the fact
+scans) by placeholder names that :class:`dynsource.frames.Frames` hands to
+``spark.sql``, which leaves no temporary view behind.
+
 A fact scan joined to several dimensions gets one filter that combines every
 filter worth applying (:mod:`dynsource.filtering.conjunction`: the product of
 exact key sets, within the collector's limits); one that does not combine (a
@@ -21,19 +29,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+import sqlglot
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
+from sqlglot.errors import SqlglotError
 
-from dynsource import benefit, catalog, collector, starjoin
+from dynsource import benefit, catalog, collector, names, pins, sqltree, starjoin
 from dynsource import store as filter_store
 from dynsource.filtering import DynamicFilteringData
+from dynsource.frames import Frames
 from dynsource.levels import Level
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
@@ -42,7 +51,6 @@ from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
 
-VIEW_PREFIX = "__dynsource_dpp_"
 # A dimension side without a selective predicate still prunes when it is this small (Spark's DPP and runtime
 # filters also accept a small creation side); its keys are then collected exactly.
 SMALL_RELATION_ROWS = 10_000
@@ -54,29 +62,35 @@ class Plan:
 
     query: str
     store: FilterStore
+    frames: Frames = field(default_factory=Frames)  # the DataFrames the query's text names by placeholders
     assignments: list[Assignment] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
     # Each pruned scan and the reader options that prune it (dynamicFilter, partitionFilter).
     pruned: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
+    pinned: list[pins.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
+    snapshots: dict[tuple[int, int], str] = field(default_factory=dict)  # a source's text span -> its snapshot
 
     @property
     def report(self) -> QueryReport:
         return QueryReport(tuple(self.assignments), tuple(self.notes), self.store)
 
-    def rewrite(self, spark: SparkSession) -> str:
-        """The query with each pruned fact reference read through a temporary view with its filter.
+    def run(self, spark: SparkSession) -> DataFrame:
+        """The rewritten query: each pruned fact scan read with its filter, each pinned dimension from its snapshot.
 
-        The view, named after the table, handle and columns, reads the table through
-        its own source; the alias the query's columns use is kept.
+        A fact scan reads the table through its own source (the alias the query's
+        columns use kept); text inside a replaced dimension source stays as written.
         """
+        edits = [(pin.start, pin.end, pin.reference) for pin in self.pinned]
+        for scan, options in self.pruned:
+            name = self.frames.add("fact", catalog.read_table(spark, scan.table, options, scan.columns))
+            edits.append((scan.start, scan.end, name + ("" if scan.written_alias else f" AS {scan.alias}")))
         pieces, position = [], 0
-        for scan, options in sorted(self.pruned, key=lambda item: item[0].start):
-            key = f"{scan.table}|{sorted(options.items())}|{scan.columns}"
-            view = VIEW_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:20]
-            catalog.read_table(spark, scan.table, options, scan.columns).createOrReplaceTempView(view)
-            pieces += [self.query[position:scan.start], view + ("" if scan.written_alias else f" AS {scan.alias}")]
-            position = scan.end
-        return "".join([*pieces, self.query[position:]])
+        for start, end, text in sorted(edits):
+            if start < position:
+                continue  # inside a dimension source already read from its snapshot
+            pieces += [self.query[position:start], text]
+            position = end
+        return self.frames.sql(spark, "".join([*pieces, self.query[position:]]))
 
     def plan_scans(self, spark: SparkSession) -> None:
         """Plan each pruned scan here, as Spark would before running the query, so that the report has its figures."""
@@ -88,16 +102,23 @@ class Plan:
             plan_scan(definition.scan_options.with_options(options), schema)
 
 
-def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
+def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
-    Runs the dimension queries (Spark jobs), not the query itself.
+    Runs the dimension queries (Spark jobs), not the query itself. ``frames``
+    are the DataFrames ``query`` names by placeholders.
     """
-    tables, definitions = _table_infos(spark, query)
-    detection = starjoin.detect(query, tables, spark.catalog.currentDatabase())
-    result = Plan(query, store or FilterStore.of(None), notes=[
-        r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals])
+    result = Plan(query, store or FilterStore.of(None), frames or Frames())
+    try:
+        parsed = sqlglot.parse_one(query, read="spark")
+        tables, definitions = _table_infos(spark, parsed, result.frames)
+    except SqlglotError as error:
+        result.notes.append(f"the query could not be analysed: {error}")
+        return result
+    detection = starjoin.detect(query, tables, spark.catalog.currentDatabase(), parsed)
+    result.notes += [
+        r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals]
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
@@ -108,7 +129,7 @@ def plan(spark: SparkSession, query: str, *, store: FilterStore | None = None,
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
-            assignment, notes = _assign(spark, scan, prunings, columns, shape.top, result.store, fallback_filter_ratio)
+            assignment, notes = _assign(spark, scan, prunings, columns, shape.top, result, fallback_filter_ratio)
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
             options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
@@ -145,11 +166,16 @@ def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefiniti
 
 
 def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
-            columns: Mapping[str, str], level: Level | None, store: FilterStore,
+            columns: Mapping[str, str], level: Level | None, result: Plan,
             ratio: float) -> tuple[Assignment, list[str]]:
-    """The filter of ``scan``: its prunings worth applying, combined (those on ``level``'s column first), and notes."""
+    """The filter of ``scan``: its prunings worth applying, combined (those on ``level``'s column first), and notes.
+
+    The dimension sources of the applied prunings join ``result.pinned``.
+    """
     started = time.perf_counter()
-    candidates = [benefit.Candidate(str(p), p.fact_columns, functools.partial(_collect, spark, p, columns))
+    snapshots: dict[str, pins.Pin] = {}
+    candidates = [benefit.Candidate(str(p), p.fact_columns,
+                                    functools.partial(_collect, spark, p, columns, result, snapshots))
                   for p in prunings]
     choice = benefit.worth_applying(candidates, level, ratio, max_rows=collector.DEFAULT_MAX_ROWS,
                                     max_bytes=collector.DEFAULT_MAX_BYTES)
@@ -157,47 +183,57 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
     if choice.data is None:
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []
     collection_ms = round((time.perf_counter() - started) * 1000, 1)
-    handle = filter_store.publish(choice.data, store)
+    handle = filter_store.publish(choice.data, result.store)
+    result.pinned += [snapshots[label] for label in choice.applied]
     return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data),
                        collection_ms), notes + choice.left_out)
 
 
-def _collect(spark: SparkSession, pruning: starjoin.Pruning,
-             columns: Mapping[str, str]) -> tuple[DynamicFilteringData | None, str | None]:
-    """The keys of ``pruning``'s dimension query, or None and why they are not used.
+def _collect(spark: SparkSession, pruning: starjoin.Pruning, columns: Mapping[str, str], result: Plan,
+             snapshots: dict[str, pins.Pin]) -> tuple[DynamicFilteringData | None, str | None]:
+    """The keys of ``pruning``'s dimension rows, read once into a snapshot; or None and why they are not used.
 
-    A dimension side without a selective predicate is used only if it is a small
+    The pin reading the snapshot goes into ``snapshots`` under the pruning's
+    label; a dimension source that prunes several scans has one snapshot. A
+    dimension side without a selective predicate is used only if it is a small
     relation: a probe that stops after ``SMALL_RELATION_ROWS + 1`` rows counts it first.
     """
+    if pruning.pin is None:
+        return None, "the query text of its dimension rows could not be located, so they cannot be read once"
     types = {column: columns[column] for column in pruning.fact_columns}
     keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
+    span, frames = (pruning.pin.start, pruning.pin.end), result.frames
     try:
-        dimension = spark.sql(pruning.dimension_sql)
-        if not pruning.selective and dimension.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
-            return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
-                          "(not a small relation)")
-        return collector.collect_data(dimension, keys, types=types, null_safe=pruning.null_safe), None
+        if span not in result.snapshots:
+            rows = frames.sql(spark, pruning.pin.rows_sql)
+            if not pruning.selective and rows.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
+                return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
+                              "(not a small relation)")
+            result.snapshots[span] = frames.add("pinned", rows.localCheckpoint())
+        pin = pruning.pin.with_snapshot(result.snapshots[span])
+        data = collector.collect_data(frames.sql(spark, pin.keys_sql), keys, types=types, null_safe=pruning.null_safe)
+        snapshots[str(pruning)] = pin
+        return data, None
     except Exception as error:  # never worse than spark.sql: the query runs unpruned
         log.warning("dynsource: the dimension query of %s failed, not pruning with it: %s", pruning, error)
         return None, f"its dimension query failed: {error}"
 
 
-def _table_infos(spark: SparkSession, query: str,
+def _table_infos(spark: SparkSession, parsed: sqlglot.exp.Expression, frames: Frames,
                  ) -> tuple[dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition]]:
-    """What the query's table names are (registered dynsource tables, or Spark's tables and views), by qualified
-    lower-case name, and the definitions of the dynsource ones."""
+    """What each table reference of ``parsed`` resolves to, as Spark resolves it, by the qualified lower-case name
+    the analysis gives it (which it sets on the reference); and the definitions of the dynsource tables."""
+    resolver = names.Resolver(spark, frames.frames)
     infos, definitions = {}, {}
-    for name in starjoin.table_names(query):
-        qualified = (name if "." in name else f"{spark.catalog.currentDatabase()}.{name}").lower()
-        try:
-            definitions[qualified] = catalog.load_definition(spark, qualified)
-            schema, dynsource = definitions[qualified].schema, True
-        except ValueError:  # not a registered dynsource table
-            try:
-                schema, dynsource = spark.table(name).schema, False
-            except AnalysisException:
-                continue  # a CTE name, or a table Spark will report as missing
-        infos[qualified] = starjoin.TableInfo({f.name: f.dataType.simpleString() for f in schema.fields}, dynsource)
+    for table in names.references(parsed):
+        relation = resolver.resolve(tuple(part.name for part in table.parts))
+        if relation is None:
+            continue  # another catalog, or a name Spark will report as missing
+        sqltree.resolve_as(table, relation.database)
+        if relation.definition is not None:
+            definitions[relation.key] = relation.definition
+        infos[relation.key] = starjoin.TableInfo({f.name: f.dataType.simpleString() for f in relation.schema.fields},
+                                                 relation.definition is not None)
     return infos, definitions
 
 

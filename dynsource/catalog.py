@@ -254,6 +254,21 @@ def in_catalog(spark: SparkSession, table: str) -> bool:
     return any(row.tableName == name and not row.isTemporary for row in listed)
 
 
+def provider(spark: SparkSession, table: str) -> str | None:
+    """The provider the catalog records for qualified ``table`` (None when it has no such table), from the
+    metastore alone, as :func:`in_catalog`."""
+    database, name = table.split(".")
+    try:
+        listed = spark.sql(f"SHOW TABLE EXTENDED IN {database} LIKE '{name}'").collect()
+    except AnalysisException:  # no such database
+        return None
+    for row in listed:
+        if row.tableName == name and not row.isTemporary:
+            details = dict(line.partition(": ")[::2] for line in row.information.splitlines())
+            return details.get("Provider")
+    return None
+
+
 def load_definition(spark: SparkSession, name: str, *, definitions: str | None = None) -> TableDefinition:
     """The stored definition of registered table ``name``.
 

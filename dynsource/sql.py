@@ -16,33 +16,40 @@ both branches read with ``h1``. The same happens to a temporary view of
 
 :func:`sql` gives each reference to a registered dynsource table that carries
 options a relation of its own: it finds the ``name WITH (...)`` clauses with
-sqlglot's Spark tokenizer, reads each through the table's own source
+sqlglot's Spark tokenizer, keeps those whose name Spark resolves to a dynsource
+table (not a CTE or a temporary view of that name, see :mod:`dynsource.names`),
+reads each through the table's own source
 (``spark.read.format("dynsource.<db>.<table>")``, which involves no table name)
-under a temporary view named after the table and options, and runs the query
-with the clause replaced by that view's name. Everything else in the text,
-including the options of tables that are not dynsource's, is left as written.
+and runs the query with the clause replaced by that DataFrame
+(:mod:`dynsource.frames`). Everything else in the text, including the options
+of tables that are not dynsource's, is left as written.
+
+What a returned DataFrame pins: the dimension rows its fact scans were pruned
+by are read once, when :func:`sql` runs, and every action joins those rows (a
+local checkpoint); the fact tables' files are listed at the first action and
+reused by later ones, as ``spark.read.parquet`` does. Call :func:`sql` again to
+see rows added to a dimension since.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, catalog, report
+from dynsource import autodpp, catalog, names, report, sqltree
+from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
 
-VIEW_PREFIX = "__dynsource_ref_"
 # Where a table reference starts: a table name follows these tokens.
 _BEFORE_TABLE = (TokenType.FROM, TokenType.JOIN, TokenType.COMMA)
 _NAME = re.compile(r"^\w+$")
@@ -57,12 +64,8 @@ class TableOptions:
     end: int  # exclusive
     name: tuple[str, ...]
     options: tuple[tuple[str, str], ...]
-
-    @property
-    def view(self) -> str:
-        """A temporary view name that depends only on the table and its options."""
-        key = json.dumps([[part.lower() for part in self.name], sorted(self.options)])
-        return VIEW_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:20]
+    options_start: int  # where ``WITH`` starts
+    aliased: bool  # an alias follows the clause
 
 
 def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> DataFrame:
@@ -104,25 +107,25 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     >>> df.collect()
     [Row(v=3, tag='x')]
     >>> print(dynsource.scan_report(df))
-    default.kv (kv.k) <- default.tags (tags.d): exact, 1 keys, collected in ... ms; reads columns ['v', 'k']
+    default.kv (kv.k) <- tags (tags.d): exact, 1 keys, collected in ... ms; reads columns ['v', 'k']
       payload: exact, 1 key(s), ... bytes
       partitions: 1 of 3 kept
       files: 1 (... bytes) in ... input partition(s)
       listings: ...
     >>> dynsource.drop_table(spark, "kv")
     """
-    text = _with_options_read(spark, query)
+    text, frames = _with_options_read(spark, query)
     if args or kwargs:  # the dimension queries would lose the parameters' values
-        return spark.sql(text, args, **kwargs)
+        return frames.sql(spark, text, args, **kwargs)
     try:
-        plan = autodpp.plan(spark, text)
+        plan = autodpp.plan(spark, text, frames=frames)
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
-        df = spark.sql(text)
+        df = frames.sql(spark, text)
         report.record_query(df, report.QueryReport((), (f"the query could not be analysed: {error}",)))
         return df
-    df = spark.sql(plan.rewrite(spark))
+    df = plan.run(spark)
     report.record_query(df, plan.report)
     return df
 
@@ -135,34 +138,53 @@ def explain_sql(spark: SparkSession, query: str) -> report.QueryReport:
     planned, so ``str()`` of the result shows, per scan, the filter
     (``store_sales (ss.ss_sold_date_sk) <- date_dim (d.d_date_sk)``), its kind,
     keys and collection time, and the partitions kept of the total; and why other
-    joins are not pruned. The query itself does not run.
+    joins are not pruned. The query itself does not run, but Spark analyses it
+    first: a query ``spark.sql`` rejects raises its error here too.
     """
-    plan = autodpp.plan(spark, _with_options_read(spark, query))
+    text, frames = _with_options_read(spark, query)
+    frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
+    plan = autodpp.plan(spark, text, frames=frames)
     plan.plan_scans(spark)
     return plan.report
 
 
-def _with_options_read(spark: SparkSession, query: str) -> str:
-    """``query`` with each ``name WITH (...)`` reference of a registered table replaced by its own view."""
-    references = [reference for reference in table_options(query) if _read(spark, reference)]
-    return rewrite(query, references)
+def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames]:
+    """``query`` with each ``name WITH (...)`` reference of a registered dynsource table replaced by a placeholder
+    of its own DataFrame; and those DataFrames."""
+    frames, chosen = Frames(), []
+    references = table_options(query)
+    tables = _table_starts(query, references) if references else set()
+    resolver = names.Resolver(spark)
+    for reference in references:
+        relation = resolver.resolve(reference.name) if reference.start in tables else None
+        if relation is not None and relation.definition is not None:
+            df = catalog.read_table(spark, relation.key, dict(reference.options))
+            chosen.append((reference, frames.add("ref", df)))
+    return rewrite(query, chosen), frames
 
 
-def _read(spark: SparkSession, reference: TableOptions) -> bool:
-    """Make ``reference``'s view if it names a registered dynsource table; whether it did."""
+def _table_starts(query: str, references: Sequence[TableOptions]) -> set[int]:
+    """Where the references of ``query`` to a table or view start (not those to a CTE in scope).
+
+    Judged by sqlglot's scopes on the text with the option clauses blanked out;
+    when that cannot be parsed, every reference counts as a table's.
+    """
+    blanked = query
+    for reference in references:
+        blanked = (blanked[:reference.options_start] + " " * (reference.end - reference.options_start)
+                   + blanked[reference.end:])
     try:
-        df = catalog.read_table(spark, ".".join(reference.name), dict(reference.options))
-    except ValueError:  # no definition (TableDefinitionError), or not a 'db.table' name
-        return False
-    df.createOrReplaceTempView(reference.view)
-    return True
+        return {sqltree.start(table) for table in names.references(sqlglot.parse_one(blanked, read="spark"))}
+    except SqlglotError:
+        return {reference.start for reference in references}
 
 
-def rewrite(query: str, references: Sequence[TableOptions]) -> str:
-    """``query`` with each reference's ``name WITH (...)`` replaced by its view's name."""
+def rewrite(query: str, references: Sequence[tuple[TableOptions, str]]) -> str:
+    """``query`` with each reference's ``name WITH (...)`` replaced by its placeholder (the name as its alias)."""
     pieces, position = [], 0
-    for reference in sorted(references, key=lambda r: r.start):
-        pieces += [query[position:reference.start], reference.view]
+    for reference, name in sorted(references, key=lambda r: r[0].start):
+        alias = "" if reference.aliased else f" AS {reference.name[-1]}"
+        pieces += [query[position:reference.start], name + alias]
         position = reference.end
     return "".join([*pieces, query[position:]])
 
@@ -187,7 +209,8 @@ def table_options(query: str) -> list[TableOptions]:
             continue
         options, close = _options(tokens, index + 2, query)
         name = tuple(t.text for t in tokens[first:index:2])
-        found.append(TableOptions(tokens[first].start, tokens[close].end + 1, name, options))
+        aliased = _next_type(tokens, close) in (TokenType.ALIAS, TokenType.VAR, TokenType.IDENTIFIER)
+        found.append(TableOptions(tokens[first].start, tokens[close].end + 1, name, options, token.start, aliased))
     return found
 
 
@@ -225,11 +248,26 @@ def _options(tokens: Sequence[Token], index: int, query: str) -> tuple[tuple[tup
         if value_index >= len(tokens) or tokens[value_index].token_type not in _VALUES:
             raise ValueError(f"dynsource.sql cannot read the table options at position {tokens[index].start} "
                              f"of the query: expected 'key' = 'value' pairs, got {query[tokens[index].start:][:40]!r}")
-        options.append((key, tokens[value_index].text))
-        after = value_index + 1
+        value, after = _value(tokens, value_index)
+        options.append((key, value))
         if after < len(tokens) and tokens[after].token_type == TokenType.R_PAREN:
             return tuple(options), after
         if after >= len(tokens) or tokens[after].token_type != TokenType.COMMA:
             break
         index = after + 1
-    raise ValueError("dynsource.sql: a table's WITH (...) options are not closed.")
+    raise ValueError(f"dynsource.sql cannot read the table options at position {tokens[index - 1].start} of the "
+                     "query: expected ',' or ')' after a 'key' = 'value' pair.")
+
+
+def _value(tokens: Sequence[Token], index: int) -> tuple[str, int]:
+    """The option value at ``tokens[index]``, and the index after it.
+
+    Spark reads two quotes inside a string as one quote (``'a = ''x'''``); the
+    tokenizer sees adjacent strings there, which are joined back with the quote.
+    """
+    value = tokens[index].text
+    while (index + 1 < len(tokens) and tokens[index].token_type == TokenType.STRING
+           and tokens[index + 1].token_type == TokenType.STRING and tokens[index + 1].start == tokens[index].end + 1):
+        index += 1
+        value += "'" + tokens[index].text
+    return value, index + 1

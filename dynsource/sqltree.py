@@ -11,6 +11,11 @@ from collections.abc import Collection
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+# The database the analysis gives the session's temporary views, which have none; never written out.
+TEMPORARY = "__temporary__"
+# Where a table's name starts in the text, kept when resolution renames it (its written catalog may go).
+_WRITTEN_START = "written_start"
+
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
     if node is None:
@@ -67,7 +72,25 @@ def table_name(table: exp.Table) -> str:
     return ".".join(part.name.lower() for part in table.parts)
 
 
+def shown_name(table: exp.Table) -> str:
+    """The name reports give a table: a temporary view's without the database the analysis gave it."""
+    name = table_name(table)
+    return name.removeprefix(TEMPORARY + ".")
+
+
+def resolve_as(table: exp.Table, database: str) -> None:
+    """Name ``table`` as ``database.name``, remembering where the name starts in the text as written."""
+    table.meta[_WRITTEN_START] = start(table)
+    if table.args.get("catalog") is not None:
+        table.set("catalog", None)
+    written = table.args.get("db")
+    if written is None or written.name.lower() != database:
+        table.set("db", exp.to_identifier(database))
+
+
 def start(table: exp.Table) -> int:
+    if _WRITTEN_START in table.meta:
+        return table.meta[_WRITTEN_START]
     # Parts qualify() added (the database) have no position in the text.
     return min(part.meta["start"] for part in table.parts if "start" in part.meta)
 

@@ -31,7 +31,7 @@ and anti joins, a fact side an outer join preserves, and anything else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import sqlglot
@@ -39,8 +39,9 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
+from sqlglot.tokens import Token
 
-from dynsource import sqltree
+from dynsource import pins, sqltree
 
 _INTEGRAL_WIDTH = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 
@@ -80,6 +81,7 @@ class Pruning:
     dimension_sql: str
     null_safe: bool
     selective: bool = True  # the dimension side holds a selective predicate; else it pays only if it is small
+    pin: pins.Pin | None = field(default=None, compare=False)  # how the query reads the keys' rows from a snapshot
 
     def __str__(self) -> str:
         fact = ", ".join(f"{self.fact.alias}.{column}" for column in self.fact_columns)
@@ -103,7 +105,8 @@ class Detection:
     scans: tuple[FactScan, ...] = ()
 
 
-def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default") -> Detection:
+def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default",
+           parsed: exp.Expression | None = None) -> Detection:
     """Find the fact scans of ``query`` that dimension keys can prune.
 
     Parameters
@@ -114,6 +117,8 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         Every table the query names, by lower-case qualified name (``db.t``).
     database : str, default "default"
         The database of the names the query does not qualify.
+    parsed : sqlglot expression, optional
+        ``query`` parsed, its table names already resolved (:mod:`dynsource.names`).
 
     Returns
     -------
@@ -121,7 +126,8 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         Never raises for a query it cannot handle: it refuses, saying why.
     """
     try:
-        parsed = sqlglot.parse_one(query, read="spark")
+        tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(query)
+        parsed = parsed or sqlglot.parse_one(query, read="spark")
         aliased = {sqltree.start(table) for table in parsed.find_all(exp.Table) if table.alias}
         star = any(not isinstance(star.parent, exp.Count) for star in parsed.find_all(exp.Star))
         schema: dict[str, dict[str, dict[str, str]]] = {}
@@ -133,7 +139,7 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         return Detection((), (Refusal(None, f"the query could not be analysed: {error}"),))
     if not isinstance(qualified, exp.Query):
         return Detection((), (Refusal(None, "only queries are analysed"),))
-    statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star)
+    statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star, tokens)
     prunings: list[Pruning] = []
     refusals: list[Refusal] = []
     scans: list[FactScan] = []
@@ -141,16 +147,6 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         if isinstance(scope.expression, exp.Select):
             scans += _Select(scope, statement, prunings, refusals).detect()
     return Detection(tuple(_distinct(prunings)), tuple(refusals), tuple(scans))
-
-
-def table_names(query: str) -> list[str]:
-    """The lower-case names of the tables ``query`` reads, as written (CTE names left out); [] if it does not parse."""
-    try:
-        parsed = sqlglot.parse_one(query, read="spark")
-    except SqlglotError:
-        return []
-    ctes = {cte.alias_or_name.lower() for cte in parsed.find_all(exp.CTE)}
-    return sorted({sqltree.table_name(table) for table in parsed.find_all(exp.Table)} - ctes)
 
 
 class _Statement(NamedTuple):
@@ -161,6 +157,7 @@ class _Statement(NamedTuple):
     aliased: set[int]  # text positions of the table names written with an alias
     root: exp.Expression  # the qualified statement
     star: bool  # the text selects a * somewhere (count(*) aside), which qualify() expanded
+    tokens: list[Token]  # of the text, for the spans of parenthesised sources
 
 
 class _Equality(NamedTuple):
@@ -278,9 +275,10 @@ class _Select:
         keys = exp.select(*[exp.alias_(exp.column(output.alias_or_name, table="_d"), f"k{i}")
                             for i, output in enumerate(outputs)])
         keyed = keys.from_(exp.Subquery(this=subquery.copy(), alias=exp.TableAlias(this=exp.to_identifier("_d"))))
+        pin = pins.subquery_pin(subquery, keyed, self.statement.ctes, self.statement.tokens)
         self.prunings.append(Pruning(facts[columns[0][0]], tuple(column for _, column in columns), "(subquery)",
                                      tuple(output.unalias().sql("spark") for output in outputs), self._with_ctes(keyed),
-                                     null_safe=False, selective=sqltree.selective(subquery)))
+                                     null_safe=False, selective=sqltree.selective(subquery), pin=pin))
 
     def _exists(self, conjunct: exp.Expression, facts: dict[str, FactScan]) -> None:
         """``EXISTS (SELECT ... FROM dim WHERE dim.k = fact.k AND <dimension predicates>)``: a semi join."""
@@ -303,9 +301,11 @@ class _Select:
         keyed = subquery.copy()
         keyed.set("expressions", [exp.alias_(key.copy(), f"k{i}") for i, (_, _, key) in enumerate(equalities)])
         keyed.set("where", exp.Where(this=exp.and_(*[p.copy() for p in local])) if local else None)
+        pin = pins.source_pin(subquery.args["from_"].this, local, keyed, self.statement.ctes, self.statement.tokens)
         self.prunings.append(Pruning(facts[equalities[0][0]], tuple(column for _, column, _ in equalities), "(exists)",
                                      tuple(key.sql("spark") for _, _, key in equalities), self._with_ctes(keyed),
-                                     null_safe=False, selective=any(sqltree.selective_predicate(p) for p in local)))
+                                     null_safe=False, selective=any(sqltree.selective_predicate(p) for p in local),
+                                     pin=pin))
 
     def _fact_column(self, node: exp.Expression, facts: dict[str, FactScan]) -> tuple[str, str] | None:
         """(fact alias, column) when ``node`` is a fact column or an injective cast of one."""
@@ -349,10 +349,13 @@ class _Select:
         keyed = exp.select(*[exp.alias_(key.copy(), f"k{i}") for i, key in enumerate(keys)]).from_(node.copy())
         if predicates:
             keyed = keyed.where(exp.and_(*[p.copy() for p in predicates]))
-        name = sqltree.table_name(node) if isinstance(source, exp.Table) else dimension
+        # The snapshot keeps the WHERE's filter only: an ON condition filters for its own join alone.
+        pinned = [] if dimension in self.null_supplied else [c for c in self.where if c in predicates]
+        pin = pins.source_pin(node, pinned, keyed, self.statement.ctes, self.statement.tokens)
+        name = sqltree.shown_name(node) if isinstance(source, exp.Table) else dimension
         self.prunings.append(Pruning(fact, tuple(e.column for e in equalities), name,
                                      tuple(key.sql("spark") for key in keys), self._with_ctes(keyed),
-                                     null_safe=any(e.null_safe for e in equalities), selective=selective))
+                                     null_safe=any(e.null_safe for e in equalities), selective=selective, pin=pin))
 
     def _with_ctes(self, query: exp.Select) -> str:
         if self.statement.ctes is not None:

@@ -1,0 +1,56 @@
+"""DataFrames named inside SQL text: how :func:`dynsource.sql`'s rewrites refer to what they read themselves.
+
+A rewritten query names each DataFrame it put in (a fact scan with its filter,
+a dimension's snapshot, a table reference with its own options) by a
+placeholder, a plain identifier no user writes. :meth:`Frames.sql` runs such a
+text through ``spark.sql(text, **dataframes)``: classic PySpark drops the
+temporary views it makes for that call as soon as the query is analysed, and
+Spark Connect sends the DataFrames' plans with the query, so no temporary view
+is left in the session either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from sqlglot import Dialect
+from sqlglot.tokens import TokenType
+
+PREFIX = "__dynsource_"
+_NAMES = (TokenType.VAR, TokenType.IDENTIFIER)
+
+
+class Frames:
+    """The DataFrames a query text names by placeholders."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str, DataFrame] = {}
+
+    @property
+    def frames(self) -> Mapping[str, DataFrame]:
+        return self._frames
+
+    def add(self, kind: str, df: DataFrame) -> str:
+        """A new placeholder for ``df``; ``kind`` says what it is to a reader of the text."""
+        name = f"{PREFIX}{kind}_{len(self._frames)}"
+        self._frames[name] = df
+        return name
+
+    def sql(self, spark: SparkSession, text: str, args: Any = None, **kwargs: Any) -> DataFrame:
+        """``spark.sql(text, args, **kwargs)``, each placeholder in ``text`` reading its DataFrame.
+
+        With ``kwargs``, ``text`` is already a format string (``{name}`` fields), as ``spark.sql`` takes it.
+        """
+        # spark.sql formats a text it is given keyword arguments for: a plain text's braces must be doubled.
+        escaped = (lambda piece: piece) if kwargs else (lambda piece: piece.replace("{", "{{").replace("}", "}}"))
+        pieces, used, position = [], {}, 0
+        for token in Dialect.get_or_raise("spark").tokenize(text):
+            if token.token_type in _NAMES and token.text in self._frames:
+                pieces += [escaped(text[position:token.start]), "{" + token.text + "}"]
+                used[token.text] = self._frames[token.text]
+                position = token.end + 1
+        if not used:
+            return spark.sql(text, args, **kwargs)
+        return spark.sql("".join([*pieces, escaped(text[position:])]), args, **kwargs, **used)

@@ -1,0 +1,93 @@
+"""Which relation each table name of a query means, decided as Spark decides it.
+
+Spark resolves a table reference of a statement in this order: a common table
+expression in scope (the innermost first); for a name of one part, a temporary
+view of the session, then a table or view of the current database. Two and
+three parts name ``db.table`` and ``spark_catalog.db.table``; ``global_temp.v``
+(Spark's global temporary database) is a global temporary view, and
+``session.v`` and ``system.session.v`` are the session's temporary view ``v``.
+
+:func:`dynsource.sql` analyses a query only through this resolution: a
+reference is a dynsource table only when Spark resolves it to a catalog table
+whose provider is that table's dynsource source, so a temporary view, a CTE or
+another source with the same name is read as Spark reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+from sqlglot import exp
+from sqlglot.optimizer.scope import traverse_scope
+
+from dynsource import catalog
+from dynsource.sqltree import TEMPORARY
+
+
+@dataclass(frozen=True)
+class Relation:
+    """What a table reference resolves to: where the analysis files it, its schema, and whether dynsource reads it."""
+
+    database: str  # TEMPORARY for the session's temporary views (and the DataFrames a rewrite refers to)
+    name: str
+    schema: StructType
+    definition: catalog.TableDefinition | None = None  # set for a registered dynsource table
+
+    @property
+    def key(self) -> str:
+        return f"{self.database}.{self.name}"
+
+
+def references(parsed: exp.Expression) -> list[exp.Table]:
+    """The table references of ``parsed`` that name a table or view, not a common table expression in scope."""
+    return [table for scope in traverse_scope(parsed) for table in scope.tables
+            if scope.sources.get(table.alias_or_name) is table]
+
+
+class Resolver:
+    """Resolves table names as the session ``spark`` would now; ``frames`` are DataFrames the query names."""
+
+    def __init__(self, spark: SparkSession, frames: Mapping[str, DataFrame] | None = None) -> None:
+        self.spark = spark
+        self.frames = dict(frames or {})
+        self.global_database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+
+    def resolve(self, parts: tuple[str, ...]) -> Relation | None:
+        """The relation ``parts`` names; None when it names nothing Spark can read now or lies in another catalog."""
+        parts = tuple(part.lower() for part in parts)
+        if len(parts) == 1 and parts[0] in self.frames:
+            return Relation(TEMPORARY, parts[0], self.frames[parts[0]].schema)
+        try:  # Spark's own lookup: which qualifiers name a temporary view differs between Spark versions
+            table = self.spark.catalog.getTable(_quoted(*parts))
+        except AnalysisException:
+            return None  # a name Spark will report as missing
+        if table.isTemporary:
+            database = self.global_database if table.namespace == [self.global_database] else TEMPORARY
+            return self._relation(database, table.name.lower(), _quoted(*parts))
+        if table.catalog != "spark_catalog" or len(table.namespace or []) != 1:
+            return None
+        return self._catalog_relation(table.namespace[0].lower(), table.name.lower())
+
+    def _relation(self, database: str, name: str, spark_name: str) -> Relation | None:
+        try:
+            return Relation(database, name, self.spark.table(spark_name).schema)
+        except AnalysisException:
+            return None  # a name Spark will report as missing
+
+    def _catalog_relation(self, database: str, name: str) -> Relation | None:
+        qualified = f"{database}.{name}"
+        try:
+            definition = catalog.load_definition(self.spark, qualified)
+        except ValueError:  # no definition: whatever Spark reads under that name, it is not dynsource's
+            return self._relation(database, name, _quoted(database, name))
+        if catalog.provider(self.spark, qualified) != catalog.SOURCE_PREFIX + qualified:
+            return self._relation(database, name, _quoted(database, name))  # a stale definition of a replaced table
+        return Relation(database, name, definition.schema, definition)
+
+
+def _quoted(*parts: str) -> str:
+    return ".".join("`" + part.replace("`", "``") + "`" for part in parts)

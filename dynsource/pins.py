@@ -1,0 +1,107 @@
+"""Pins: where the rows a dimension's keys come from stand in a query's text, so one snapshot serves both.
+
+:func:`dynsource.sql` collects a dimension's keys when it is called, and Spark
+runs the rewritten query at each action. If the query read the dimension again,
+rows added to it since would find their fact rows pruned. So the rows the keys
+come from are read once into a snapshot (a local checkpoint), the keys are
+collected from it, and the query reads the snapshot in the dimension's place.
+
+A :class:`Pin` says which text to replace and with what; ``PINNED`` in its SQL
+stands for the snapshot's name. Built on trees qualified by sqlglot (pure, no Spark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.tokens import Token, TokenType
+
+from dynsource import sqltree
+
+PINNED = "__dynsource_pinned__"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The text ``[start, end)`` of a dimension source, the rows it reads, and what reads them from a snapshot."""
+
+    start: int
+    end: int  # exclusive
+    rows_sql: str  # the rows to snapshot (the statement's CTEs included)
+    reference: str  # what takes the text's place, reading PINNED
+    keys_sql: str  # the pruning's keys, from PINNED
+
+    def with_snapshot(self, name: str) -> Pin:
+        return Pin(self.start, self.end, self.rows_sql, self.reference.replace(PINNED, name),
+                   self.keys_sql.replace(PINNED, name))
+
+
+def source_pin(node: exp.Expression, predicates: Sequence[exp.Expression], keyed: exp.Select,
+               ctes: exp.With | None, tokens: Sequence[Token]) -> Pin | None:
+    """A pin of a FROM or JOIN source (a table, view, CTE or derived table) filtered by ``predicates``.
+
+    The source's text, alias included, becomes ``PINNED AS alias``; ``keyed``
+    (the pruning's key query over that source) reads PINNED instead.
+    """
+    alias = node.alias_or_name
+    span = _source_span(node, tokens)
+    if span is None:
+        return None
+    rows = exp.select("*").from_(node.copy())
+    if predicates:
+        rows = rows.where(exp.and_(*[p.copy() for p in predicates]))
+    return Pin(*span, _sql(rows, ctes), f"{PINNED} AS {alias}", _keys_from_pinned(keyed, alias))
+
+
+def subquery_pin(subquery: exp.Query, keyed: exp.Select, ctes: exp.With | None,
+                 tokens: Sequence[Token]) -> Pin | None:
+    """A pin of an ``IN (subquery)``: the parenthesised subquery becomes ``(SELECT * FROM PINNED)``."""
+    span = _enclosing_parens(subquery, tokens)
+    if span is None:
+        return None
+    return Pin(*span, _sql(subquery.copy(), ctes), f"(SELECT * FROM {PINNED})", _keys_from_pinned(keyed, "_d"))
+
+
+def _keys_from_pinned(keyed: exp.Select, alias: str) -> str:
+    pinned = keyed.copy()
+    pinned.set("with_", None)
+    pinned.set("joins", None)
+    pinned.set("from_", exp.From(this=exp.alias_(exp.to_table(PINNED), alias, table=True)))
+    return pinned.sql("spark")
+
+
+def _sql(query: exp.Query, ctes: exp.With | None) -> str:
+    if ctes is not None:
+        query.set("with_", ctes.copy())
+    return sqltree.as_written(query).sql("spark")
+
+
+def _source_span(node: exp.Expression, tokens: Sequence[Token]) -> tuple[int, int] | None:
+    alias = node.args.get("alias")
+    alias_end = alias.this.meta.get("end") if alias is not None and alias.this is not None else None
+    if isinstance(node, exp.Table):
+        end = alias_end if alias_end is not None else node.this.meta["end"]
+        return sqltree.start(node), end + 1
+    if isinstance(node, exp.Subquery) and alias_end is not None:
+        parens = _enclosing_parens(node.this, tokens)
+        return None if parens is None else (parens[0], alias_end + 1)
+    return None
+
+
+def _enclosing_parens(node: exp.Expression, tokens: Sequence[Token]) -> tuple[int, int] | None:
+    """The text span of the innermost parenthesis pair around all of ``node``'s written parts."""
+    positions = [(n.meta["start"], n.meta["end"]) for n in node.walk() if "start" in n.meta]
+    if not positions:
+        return None
+    first, last = min(p[0] for p in positions), max(p[1] for p in positions)
+    best, opened = None, []
+    for token in tokens:
+        if token.token_type == TokenType.L_PAREN:
+            opened.append(token.start)
+        elif token.token_type == TokenType.R_PAREN and opened:
+            start = opened.pop()
+            if start < first and token.start > last and (best is None or start > best[0]):
+                best = (start, token.end + 1)
+    return best
