@@ -10,7 +10,7 @@ from dynsource import deployment, figures
 from dynsource.catalog import drop_table, register_table, register_tables
 from dynsource.collector import collect, collect_data
 from dynsource.filtering import DynamicFilteringData
-from dynsource.join import dynamic_join, release
+from dynsource.join import dynamic_join
 from dynsource.report import QueryReport, ScanReport, scan_report, scan_reports
 from dynsource.source import DynsourceDataSource
 from dynsource.sql import explain_sql, sql
@@ -33,7 +33,6 @@ __all__ = [
     "publish",
     "register",
     "register_table",
-    "release",
     "resolve",
     "scan_report",
     "scan_reports",

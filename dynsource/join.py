@@ -10,7 +10,6 @@ they run as the plain join and the report says why.
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame
@@ -31,8 +30,6 @@ _JOIN_TYPES = {
     "anti": "left_anti", "leftanti": "left_anti", "left_anti": "left_anti",
 }
 _PRUNING = ("inner", "left_semi", "right")
-# The dimensions each joined DataFrame had cached for it, for release().
-_cached_dimensions: weakref.WeakKeyDictionary[DataFrame, list[DataFrame]] = weakref.WeakKeyDictionary()
 
 
 def dynamic_join(
@@ -55,8 +52,11 @@ def dynamic_join(
     dim : DataFrame, or sequence of (DataFrame, on)
         The dimension side (usually filtered), or several dimensions with their
         keys (a star, e.g. ``[(dates, {"ss_sold_date_sk": "d_date_sk"}), (stores,
-        {"ss_store_sk": "s_store_sk"})]``), joined in that order. Each is cached,
-        so the keys are collected from and joined with the same computed rows.
+        {"ss_store_sk": "s_store_sk"})]``), joined in that order. Each is read
+        once into a snapshot (a local checkpoint) that the keys are collected
+        from and that every action on the result joins, so rows written to a
+        dimension's tables later change neither; call ``dynamic_join`` again to
+        see them. Spark frees a snapshot once no DataFrame uses it.
         Of a star, every dimension whose filter passes the benefit check prunes
         the one fact scan, their exact key sets combined into one filter while
         the product stays within ``max_rows``/``max_bytes``; one that does not
@@ -82,8 +82,7 @@ def dynamic_join(
     DataFrame
         The join; ``dynsource.scan_report(joined)`` tells what was pruned (once
         a query ran) or why it was not: a ``ScanReport`` for one dimension, a
-        ``QueryReport`` for a star. The dimensions it cached stay cached until
-        ``dynsource.release(joined)``.
+        ``QueryReport`` for a star.
     """
     dims = _dimensions(dim, on)
     join_type = _JOIN_TYPES.get(how.lower().replace(" ", ""))
@@ -97,8 +96,8 @@ def dynamic_join(
         fact_options = catalog.load_definition(spark, fact).scan_options.with_options(base_options)
     fact_df = _read(spark, fact, base_options)
     _check_fact_columns(fact, fact_df, dims)
-    # Cached so that the join reads the very rows whose keys were collected, and the dimension runs once.
-    cached = [d.cache() for d, _ in dims if not d.is_cached and join_type in _PRUNING]
+    if join_type in _PRUNING:  # the join reads the very rows whose keys were collected, and each dimension runs once
+        dims = [(d.localCheckpoint(), pairs) for d, pairs in dims]
     store, applied, notes = None, None, []
     if join_type not in _PRUNING:
         notes.append(f"a {join_type} join keeps fact rows that match no dimension row, so the fact side is not pruned")
@@ -123,25 +122,7 @@ def dynamic_join(
     else:
         assignment = applied or report.Assignment(fact, reason="; ".join(notes))
         report.record_query(joined, report.QueryReport((assignment,), tuple(notes) if applied else (), store))
-    if cached:
-        _cached_dimensions[joined] = cached
     return joined
-
-
-def release(joined: DataFrame) -> int:
-    """Unpersist the dimensions :func:`dynamic_join` cached for ``joined``; return how many.
-
-    ``dynamic_join`` caches each dimension it collects keys from (unless it was
-    cached already), so that the join reads the very rows whose keys pruned the
-    fact table and the dimension runs once. Call this when ``joined`` and the
-    DataFrames derived from it are done with; an action after it recomputes the
-    dimensions, which is correct as long as their input has not changed.
-    Dimensions you cached yourself are left alone. Calling it again returns 0.
-    """
-    dims = _cached_dimensions.pop(joined, [])
-    for dim in dims:
-        dim.unpersist()
-    return len(dims)
 
 
 def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:

@@ -161,3 +161,20 @@ def test_a_dataframe_joins_the_dimension_rows_it_was_pruned_by_at_every_action(s
         assert rows(dynsource.sql(spark, query)) == rows(spark.sql(query))  # a new call sees the new rows
     finally:
         spark.sql("DROP TABLE IF EXISTS promo")
+
+
+def test_dynamic_join_joins_the_dimension_rows_it_was_pruned_by_at_every_action(spark, sales):
+    spark.sql("DROP TABLE IF EXISTS promo")
+    spark.sql("CREATE TABLE promo (p INT, flag STRING) USING parquet")
+    try:
+        spark.sql(f"INSERT INTO promo VALUES ({DATES[0]}, 'Y'), ({DATES[1]}, 'N')")
+        joined = dynsource.dynamic_join("sales", spark.table("promo").where("flag = 'Y'"), {"date_key": "p"})
+        pinned = joined.count()
+        assert pinned == ROWS // len(DATES)
+        spark.sql(f"INSERT INTO promo VALUES ({DATES[2]}, 'Y'), ({DATES[0]}, 'Y')")
+        assert joined.count() == pinned
+        spark.sql(f"INSERT OVERWRITE promo VALUES ({DATES[3]}, 'Y')")
+        assert joined.count() == pinned
+        assert PRUNED.format(2, 5) in str(dynsource.scan_report(joined))
+    finally:
+        spark.sql("DROP TABLE IF EXISTS promo")
