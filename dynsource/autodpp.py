@@ -114,7 +114,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         parsed = sqlglot.parse_one(query, read="spark")
         tables, definitions = _table_infos(spark, parsed, result.frames)
     except SqlglotError as error:
-        result.notes.append(f"the query could not be analysed: {error}")
+        result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
     detection = starjoin.detect(query, tables, spark.catalog.currentDatabase(), parsed)
     result.notes += [

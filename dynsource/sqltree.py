@@ -68,6 +68,16 @@ def as_written(query: exp.Expression) -> exp.Expression:
     return query
 
 
+def error_text(error: Exception) -> str:
+    """A sqlglot error as plain text: its first problem and where (its own message underlines with terminal codes)."""
+    problems = getattr(error, "errors", None)
+    if not problems:
+        return str(error)
+    first = problems[0]
+    return (f"{first['description']} at line {first['line']}, column {first['col']} "
+            f"(near {first['start_context'] + first['highlight']!r})")
+
+
 def table_name(table: exp.Table) -> str:
     return ".".join(part.name.lower() for part in table.parts)
 

@@ -136,7 +136,7 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
             schema.setdefault(db or database, {})[table] = dict(info.columns)
         qualified = qualify(parsed, schema=schema, db=database, dialect="spark", quote_identifiers=False)
     except SqlglotError as error:
-        return Detection((), (Refusal(None, f"the query could not be analysed: {error}"),))
+        return Detection((), (Refusal(None, f"the query could not be analysed: {sqltree.error_text(error)}"),))
     if not isinstance(qualified, exp.Query):
         return Detection((), (Refusal(None, "only queries are analysed"),))
     statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star, tokens)

@@ -178,3 +178,12 @@ def test_dynamic_join_joins_the_dimension_rows_it_was_pruned_by_at_every_action(
         assert PRUNED.format(2, 5) in str(dynsource.scan_report(joined))
     finally:
         spark.sql("DROP TABLE IF EXISTS promo")
+
+
+def test_explain_of_a_query_spark_rejects_raises_sparks_error(spark, sales):
+    from pyspark.errors import AnalysisException, ParseException
+
+    with pytest.raises(ParseException):
+        dynsource.explain_sql(spark, "SELEC 1")
+    with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
+        dynsource.explain_sql(spark, "SELECT * FROM no_such_table JOIN dates ON d = 1")
