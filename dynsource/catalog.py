@@ -9,10 +9,10 @@ the pickled class to the Python worker that reads the definition.
 
 A definition is JSON (path, reader options, schema) in an fsspec directory: the
 ``definitions`` argument, else ``$DYNSOURCE_DEFINITIONS``, else
-``<spark.sql.warehouse.dir>/_dynsource``. The schema is inferred once, when the
-table is registered, and declared to the catalog, so a query lists no files to
-learn it. One definitions directory belongs to one metastore: registering the
-tables of a new session deletes the definitions whose table is gone.
+``<spark.sql.warehouse.dir>/_dynsource``. The schema is inferred (or declared)
+once, when the table is registered, and given to the catalog, so a query lists no
+files to learn it. One definitions directory belongs to one metastore: registering
+the tables of a new session deletes the definitions whose table is gone.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import figures, logs, store
+from dynsource import figures, logs, schemas, store
 from dynsource.options import OPTION_NAMES, ScanOptions
+from dynsource.scan import check_declared_schema
 from dynsource.source import DynsourceDataSource
 
 log = logging.getLogger(__name__)
@@ -129,15 +130,17 @@ def register_table(
     name: str,
     path: str,
     *,
+    schema: StructType | str | None = None,
     definitions: str | None = None,
     replace: bool = False,
     **options: Any,
 ) -> TableDefinition:
     """Create table ``name`` in Spark's catalog reading ``path`` through dynsource; plain SQL then reads it.
 
-    The schema is inferred now (as ``spark.read.parquet`` would) and stored with
-    the options, so reading the table later needs no options and lists no files
-    to learn its schema. Options of a table reference override the stored ones:
+    The schema is inferred now (as ``spark.read.parquet`` would: from the first
+    data file, or every file with ``mergeSchema=True``), or declared, and stored
+    with the options: every query of the table reads that schema, and lists no
+    files to learn it. Options of a table reference override the stored ones:
     ``SELECT ... FROM name WITH ('dynamicFilter' = '<handle>')``.
 
     Parameters
@@ -149,6 +152,15 @@ def register_table(
         ``table`` (in the current database) or ``db.table``; letters, digits and ``_``.
     path : str
         The table directory, as the ``path`` option of ``DynsourceDataSource``.
+    schema : StructType or str, optional
+        The declared schema instead of an inferred one, as ``spark.read.schema``
+        takes it (``"v INT, name STRING, day INT"``), partition columns included:
+        their declared types type the partition values. Stored as given, every
+        column nullable (as Spark's file sources make it). It is checked against
+        the first partition directory and its first file (every file with
+        ``mergeSchema``): a column that is neither a partition column nor stored
+        there, or whose type cannot hold the partition value or be read from the
+        file, is an error naming it.
     definitions : str, optional
         fsspec directory for the definition; default ``$DYNSOURCE_DEFINITIONS``,
         else ``<spark.sql.warehouse.dir>/_dynsource``.
@@ -183,8 +195,11 @@ def register_table(
     exists = in_catalog(spark, table)
     if exists and not replace:
         raise ValueError(f"Table '{table}' already exists; pass replace=True to replace it.")
-    # Inferred in the driver, as the reader would in a Python worker, without starting one.
-    schema = reader.schema()
+    if schema is None:  # inferred in the driver, as the reader would in a Python worker, without starting one
+        schema = reader.schema()
+    else:
+        schema = schemas.declared_schema(spark, schema)
+        check_declared_schema(schema, reader.scan_options)
     if exists:  # only now: a path whose schema cannot be inferred leaves the old table standing
         spark.sql(f"DROP TABLE {table}")
     definition = TableDefinition(table, stored, schema)

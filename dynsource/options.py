@@ -48,6 +48,7 @@ class ScanOptions:
     dynamic_filter_on_error: str = "fallback"
     filter_store_url: str | None = None
     partition_columns: tuple[tuple[str, str], ...] = ()
+    merge_schema: bool = False
     partition_filter: PartitionFilter | None = None
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     open_cost_in_bytes: int = DEFAULT_OPEN_COST_IN_BYTES
@@ -201,6 +202,7 @@ _PARSERS = {
     "dynamicFilterOnError": _choice(ON_ERROR),
     "filterStore": _text,
     "partitionColumns": _ddl,
+    "mergeSchema": _boolean,
     "partitionFilter": _partition_filter,
     "maxPartitionBytes": _byte_size,
     "openCostInBytes": _byte_size,
@@ -222,6 +224,7 @@ _FIELDS = {
     "dynamicFilterOnError": "dynamic_filter_on_error",
     "filterStore": "filter_store_url",
     "partitionColumns": "partition_columns",
+    "mergeSchema": "merge_schema",
     "partitionFilter": "partition_filter",
     "maxPartitionBytes": "max_partition_bytes",
     "openCostInBytes": "open_cost_in_bytes",

@@ -16,9 +16,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructField, StructType
 
-from dynsource import figures, files, partitions, planner, report, rowfilter, storage, store
+from dynsource import figures, files, partitions, planner, report, rowfilter, schemas, storage, store
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
+from dynsource.levels import Level
 from dynsource.options import ScanOptions
 from dynsource.types import arrow_type, normalize_type, spark_schema
 
@@ -33,16 +34,42 @@ def table_walk(options: ScanOptions) -> tuple[Any, PartitionEnumerator]:
 
 
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
-    """Data columns of the first data file, then the partition columns, as ``spark.read.parquet`` gives them."""
-    first = next((f.path for p in listing.partitions for f in p.files), None)
-    if first is None:
+    """Data columns of the first data file (of them all with ``mergeSchema``), then the partition columns, as
+    ``spark.read.parquet`` gives them."""
+    paths = [f.path for p in listing.partitions for f in p.files]
+    if not paths:
         raise ValueError(f"Option 'path': table '{options.path}' has no data files, so its schema cannot be inferred.")
-    data = spark_schema(files.file_schema(first, files.arrow_filesystem(fs), options.format))
+    data = _stored_schema(paths, fs, options)
     partition_fields = {f.name: f for f in _partition_fields(listing, options)}
     # A partition column also stored in the files keeps its place but takes the partition's type (as Spark).
     fields = [partition_fields.pop(f.name, f) for f in data.fields] + list(partition_fields.values())
     # Spark's file sources declare every column nullable, whatever the files say.
     return StructType([StructField(f.name, f.dataType, nullable=True) for f in fields])
+
+
+def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
+    """Check a declared schema against the table: the walk down its first branch and that branch's first file;
+    with ``mergeSchema``, the whole walk and every file (see :func:`schemas.check_declared`)."""
+    fs, walk = table_walk(options)
+    listing = walk.enumerate() if options.merge_schema else walk.enumerate(_first_branch)
+    paths = [f.path for p in listing.partitions for f in p.files][: None if options.merge_schema else 1]
+    stored = _stored_schema(paths, fs, options) if paths else None
+    one_file = paths and not options.merge_schema
+    stored_in = f"data file '{paths[0]}'" if one_file else f"the data files of '{options.path}'"
+    schemas.check_declared(schema, listing, stored, stored_in, merged=options.merge_schema,
+                           time_zone=options.time_zone)
+
+
+def _first_branch(level: Level) -> list[bool]:
+    return [index == 0 for index in range(len(level.raw_rows))]
+
+
+def _stored_schema(paths: list[str], fs: Any, options: ScanOptions) -> StructType:
+    """The data columns of the files ``paths``: the first one's, or with ``mergeSchema`` the union of them all."""
+    arrow_fs = files.arrow_filesystem(fs)
+    if options.merge_schema:
+        return schemas.merged_schema(paths, arrow_fs, options.format)
+    return spark_schema(files.file_schema(paths[0], arrow_fs, options.format))
 
 
 def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:
@@ -136,10 +163,13 @@ def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str
 
 
 def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: ScanOptions) -> None:
-    """A requested column must be a partition column or stored in the files (checked on the first kept file)."""
+    """A requested column must be a partition column or stored in the files (checked on the first kept file).
+
+    With ``mergeSchema`` files may lack columns, which then read as null, as in Spark.
+    """
     first = next((f.path for p in listing.partitions for f in p.files), None)
     wanted = [f.name for f in schema.fields if f.name not in listing.columns]
-    if first is None or not wanted:
+    if first is None or not wanted or options.merge_schema:
         return
     stored = set(files.file_schema(first, files.arrow_filesystem(fs), options.format).names)
     missing = [name for name in wanted if name not in stored]

@@ -18,8 +18,9 @@ from dynsource.types import read_arrow_schema
 class DynsourceDataSource(DataSource):
     """Hive-partitioned Parquet/ORC/CSV/JSON tables, pruned at run time by a dynamic filter.
 
-    The schema is the data columns of the files followed by the partition
-    columns, with the names and types ``spark.read.parquet(path)`` gives. With
+    The schema is the data columns of the first data file (of every file with
+    ``mergeSchema``) followed by the partition columns, with the names and types
+    ``spark.read.parquet(path)`` gives. With
     ``dynamicFilter`` set to a handle from :func:`dynsource.collect` or
     :func:`dynsource.publish`, only partitions whose values the filter contains
     are listed, planned and read; a filter that cannot be trusted (exceeded,
@@ -80,6 +81,14 @@ class DynsourceDataSource(DataSource):
     partitionColumns : str, default inferred
         DDL of partition column types, e.g. ``"ss_sold_date_sk BIGINT"``;
         unnamed columns are inferred like Spark does.
+    mergeSchema : bool, default "false"
+        As Spark's ``spark.sql.parquet.mergeSchema``: the inferred schema is the
+        union of every data file's columns (each file's schema is read) instead
+        of the first file's, new columns after the first file's in the order
+        the files are listed. A column some files lack reads as null in their
+        rows; a column two files store with different types is an error naming
+        it and both files. Without it, every file is expected to store the
+        columns of the schema: a data column the first file planned lacks is an error.
     partitionFilter : str, default none
         A SQL predicate on partition columns, e.g.
         ``"ss_sold_date_sk BETWEEN 2451545 AND 2451910 AND store IN ('a', 'b')"``:
