@@ -88,7 +88,7 @@ class DynsourceDataSource(DataSource):
         the files are listed. A column some files lack reads as null in their
         rows; a column two files store with different types is an error naming
         it and both files. Without it, every file is expected to store the
-        columns of the schema: a data column the first file planned lacks is an error.
+        schema's data columns: one that a scan's first file lacks is an error.
     partitionFilter : str, default none
         A SQL predicate on partition columns, e.g.
         ``"ss_sold_date_sk BETWEEN 2451545 AND 2451910 AND store IN ('a', 'b')"``:
