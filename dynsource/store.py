@@ -121,8 +121,12 @@ def resolve(
             return data
         _raise_if_failed(handle, location)
         if not exists(f"{handle}{_PENDING}", location):
+            # expire() leaves nothing of a handle behind, so a removed one cannot be told from one never published.
             raise LookupError(
-                f"Dynamic filter handle '{handle}' was never published in filter store '{location}'."
+                f"Dynamic filter handle '{handle}' is not in filter store '{location}': it was never published "
+                "(or reserved) there, or it has been removed since (dynsource.expire() and `dynsource expire` "
+                "remove the handles unused for their older_than). Collect or publish the filter again for a new "
+                "handle, or name the store it was published in (option 'filterStore')."
             )
         if time.monotonic() >= deadline:
             raise FilterNotReadyError(

@@ -168,8 +168,12 @@ def test_expire_keeps_a_leased_handle_however_old_its_payload(tmp_path):
     store.resolve(in_use, root)  # a reader: planning, or a read task in an executor
     assert store.expire(0, root) == [unused]
     assert store.resolve(in_use, root) == DATA
-    with pytest.raises(LookupError, match="never published"):
+    with pytest.raises(LookupError) as removed:
         store.resolve(unused, root)
+    # Nothing of an expired handle is left to tell it from one never published: the message says both.
+    assert str(removed.value).startswith(
+        f"Dynamic filter handle '{unused}' is not in filter store '{root}': it was never published (or reserved) "
+        "there, or it has been removed since (dynsource.expire() and `dynsource expire` remove")
 
 
 def test_expire_on_an_in_memory_store(location):
