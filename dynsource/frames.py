@@ -43,6 +43,8 @@ class Frames:
 
         With ``kwargs``, ``text`` is already a format string (``{name}`` fields), as ``spark.sql`` takes it.
         """
+        if not self._frames:
+            return spark.sql(text, args, **kwargs)
         # spark.sql formats a text it is given keyword arguments for: a plain text's braces must be doubled.
         escaped = (lambda piece: piece) if kwargs else (lambda piece: piece.replace("{", "{{").replace("}", "}}"))
         pieces, used, position = [], {}, 0

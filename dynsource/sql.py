@@ -194,12 +194,13 @@ def table_options(query: str) -> list[TableOptions]:
 
     A ``WITH`` that starts a common table expression (``WITH name AS``) is no
     table reference: only one that follows a table name right after ``FROM``,
-    ``JOIN`` or a comma, and opens a parenthesis, is.
+    ``JOIN`` or a comma, and opens a parenthesis, is. A text the tokenizer
+    cannot read (an unclosed string or comment) has none: Spark reports it.
     """
     try:
         tokens = Dialect.get_or_raise("spark").tokenize(query)
-    except SqlglotError as error:
-        raise ValueError(f"dynsource.sql cannot read the query: {error}") from None
+    except SqlglotError:
+        return []
     found = []
     for index, token in enumerate(tokens):
         if token.token_type != TokenType.WITH or _next_type(tokens, index) != TokenType.L_PAREN:

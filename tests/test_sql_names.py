@@ -187,3 +187,14 @@ def test_explain_of_a_query_spark_rejects_raises_sparks_error(spark, sales):
         dynsource.explain_sql(spark, "SELEC 1")
     with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
         dynsource.explain_sql(spark, "SELECT * FROM no_such_table JOIN dates ON d = 1")
+
+
+def test_a_text_spark_cannot_parse_fails_with_sparks_error(spark):
+    from pyspark.errors import ParseException
+
+    for query in ("SELECT 'unclosed", "SELEC 1", "SELECT * FROM t WITH ('k' = )"):
+        with pytest.raises((ParseException, ValueError)) as raised:
+            dynsource.sql(spark, query)
+        with pytest.raises(ParseException):
+            spark.sql(query)
+        assert isinstance(raised.value, ParseException) or "cannot read the table options" in str(raised.value)
