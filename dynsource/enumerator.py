@@ -76,10 +76,26 @@ class Listing:
         for index in indexes:
             failed = self.values.failed[index]
             if pc.any(failed).as_py():
-                raw = self.partitions[pc.index(failed, True).as_py()].raw_values[index]
-                raise partitions.unconvertible(raw, self.values.types[index])
+                partition = self.partitions[pc.index(failed, True).as_py()]
+                raise _unconvertible(self.columns[index], self.values.types[index], partition, index)
         typed = [self.values.arrays[index].to_pylist() for index in indexes]
         return list(zip(*typed, strict=True)) if typed else [()] * len(self.partitions)
+
+
+def _unconvertible(column: str, type_name: str, partition: Partition, index: int) -> ValueError:
+    """The error for a kept partition whose value of ``column`` (its ``index``-th) Spark cannot convert."""
+    raw = partition.raw_values[index]
+    segments = partition.path.split("/")
+    # The leaf path ends with the directory of each column, deepest last (then the file, when path is one).
+    depth = next((position for position in range(len(segments) - 1, -1, -1)
+                  if partitions.parse_directory_name(segments[position]) == (column, raw)), len(segments) - 1)
+    directory = "/".join(segments[:depth + 1])
+    return ValueError(
+        f"Partition column '{column}' is {type_name}, but directory '{directory}' has the value '{raw}', which "
+        f"cannot be converted to {type_name}. Declare the column's type with option partitionColumns (e.g. "
+        f"partitionColumns='{column} STRING'; register a registered table again with it and replace=True), or fix "
+        "or remove the directory."
+    )
 
 
 class PartitionEnumerator:

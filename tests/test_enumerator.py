@@ -70,15 +70,28 @@ def test_a_typed_walk_types_each_level_once_and_carries_the_values_to_the_leaves
 def test_a_kept_value_with_no_image_in_its_type_fails_the_listing_a_pruned_one_does_not(fs):
     root = make_tree(fs, ["k=1/f", "k=x/f"])
     kept = PartitionEnumerator(fs, root).enumerate(typing=PartitionTyping({"k": "int"}))
-    with pytest.raises(ValueError, match=r"Partition value 'x' cannot be converted to type int\."):
+    unconvertible = rf"Partition column 'k' is int, but directory '{root}/k=x' has the value 'x', which cannot"
+    with pytest.raises(ValueError, match=unconvertible):
         kept.typed_rows(["k"])
-    with pytest.raises(ValueError, match=r"Partition value 'x' cannot be converted to type int\."):
+    with pytest.raises(ValueError, match=unconvertible):
         # The dynamic filter cannot judge 'x' and keeps it; the scan then fails, as Spark's does.
         dynamic(fs, root, DynamicFilteringData([("k", "int")], [(1,)]), types={"k": "int"}).enumerate().typed_rows(
             ["k"])
     pruned = PartitionEnumerator(fs, root).enumerate(
         lambda level: [raw != ("x",) for raw in level.raw_rows], PartitionTyping({"k": "int"}))
     assert pruned.typed_rows(["k"]) == [(1,)] and pruned.directories_pruned == 1
+
+
+def test_an_unconvertible_value_names_its_column_directory_and_what_to_change(fs):
+    root = make_tree(fs, ["d=20240430/h=1/f", "d=2024-04-31/h=2/f"])
+    listing = PartitionEnumerator(fs, root).enumerate(typing=PartitionTyping({"d": "int"}))
+    with pytest.raises(ValueError) as raised:
+        listing.typed_rows(["h", "d"])
+    assert str(raised.value) == (
+        f"Partition column 'd' is int, but directory '{root}/d=2024-04-31' has the value '2024-04-31', which "
+        "cannot be converted to int. Declare the column's type with option partitionColumns (e.g. "
+        "partitionColumns='d STRING'; register a registered table again with it and replace=True), or fix or "
+        "remove the directory.")
 
 
 def test_level_by_level_pruning_never_lists_pruned_directories(fs):
