@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import fsspec
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dynsource import figures, logs, schemas, store
+from dynsource.metastore import in_catalog
 from dynsource.options import OPTION_NAMES, ScanOptions
 from dynsource.scan import check_declared_schema
 from dynsource.source import DynsourceDataSource
@@ -253,35 +253,6 @@ def stored_tables(location: str) -> list[str]:
         return []
     tables = [entry.rstrip("/").rsplit("/", 1)[-1].removesuffix(_SUFFIX) for entry in names if entry.endswith(_SUFFIX)]
     return sorted(table for table in tables if _is_qualified(table))
-
-
-def in_catalog(spark: SparkSession, table: str) -> bool:
-    """Whether the session catalog has qualified ``table``, asked of the metastore alone.
-
-    ``spark.catalog.tableExists`` resolves the table's source, which fails before
-    it is registered and runs a Python worker after.
-    """
-    database, name = table.split(".")
-    try:
-        listed = spark.sql(f"SHOW TABLES IN {database} LIKE '{name}'").collect()
-    except AnalysisException:  # no such database
-        return False
-    return any(row.tableName == name and not row.isTemporary for row in listed)
-
-
-def provider(spark: SparkSession, table: str) -> str | None:
-    """The provider the catalog records for qualified ``table`` (None when it has no such table), from the
-    metastore alone, as :func:`in_catalog`."""
-    database, name = table.split(".")
-    try:
-        listed = spark.sql(f"SHOW TABLE EXTENDED IN {database} LIKE '{name}'").collect()
-    except AnalysisException:  # no such database
-        return None
-    for row in listed:
-        if row.tableName == name and not row.isTemporary:
-            details = dict(line.partition(": ")[::2] for line in row.information.splitlines())
-            return details.get("Provider")
-    return None
 
 
 def load_definition(spark: SparkSession, name: str, *, definitions: str | None = None) -> TableDefinition:

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from dynsource import catalog
+from dynsource import catalog, metastore
 from dynsource.sqltree import TEMPORARY
 
 
@@ -84,7 +84,7 @@ class Resolver:
             definition = catalog.load_definition(self.spark, qualified)
         except ValueError:  # no definition: whatever Spark reads under that name, it is not dynsource's
             return self._relation(database, name, _quoted(database, name))
-        if catalog.provider(self.spark, qualified) != catalog.SOURCE_PREFIX + qualified:
+        if metastore.provider(self.spark, qualified) != catalog.SOURCE_PREFIX + qualified:
             return self._relation(database, name, _quoted(database, name))  # a stale definition of a replaced table
         return Relation(database, name, definition.schema, definition)
 
