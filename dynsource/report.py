@@ -1,9 +1,11 @@
-"""Scan reports: what a dynamically filtered scan kept, pruned and why (EXPLAIN for dynamic filtering).
+"""Scan reports: what a scan kept, pruned and why (EXPLAIN for dynamic filtering and ``partitionFilter``).
 
 The scan is planned in a Python worker on the driver's host, so the report is
-written to the filter store, one file per scan under the filter's handle
-(``reports/<handle>/<planned at>-<scan id>.json``, the newest ``MAX_SCANS_KEPT``),
-and read back in the driver. Row groups and rows are counted later, by the
+written to the filter store, one file per scan under its table
+(``reports/tables/<digest of the table>/<planned at>-<scan id>.json``) and, with
+a filter handle, under the handle (``reports/<handle>/...``), the newest
+``MAX_SCANS_KEPT`` of each, and read back in the driver: by handle, or from a
+DataFrame's plan (:mod:`dynsource.scanned`). Row groups and rows are counted later, by the
 ``read()`` tasks in executors, which send them through a Spark accumulator
 (:mod:`dynsource.figures`); :func:`scan_report` adds up the figures of the tasks
 of the scan it shows, or says why there are none to add up.
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import logging
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,19 +30,28 @@ from dynsource import figures, store
 from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
-# Reports of a handle's newest scans that the store keeps: a DataFrame reused all day plans a scan per action.
+# Reports of a handle's (and a table's) newest scans that the store keeps: a DataFrame plans a scan per action.
 MAX_SCANS_KEPT = 20
+_TABLES = "tables"  # reports/tables/<digest>/: the reports of a table's scans, with or without a handle
+WHERE_DOES_NOT_PRUNE = (
+    "Spark does not pass a query's WHERE to a Python data source, so WHERE on partition columns does not prune: "
+    "give the partitionFilter option, or run the query with dynsource.sql(spark, query), which turns WHERE "
+    "predicates on partition columns into partitionFilter"
+)
 _TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(figures.ReadCounts)))
 
 
 @dataclass(frozen=True)
 class ScanReport:
-    """Figures of one scan planned with a dynamic filter handle; ``str()`` gives a summary of a few lines.
+    """Figures of one planned scan; ``str()`` gives a summary of a few lines.
 
     Every scan (each action on a DataFrame plans one) keeps its own report,
     named by ``scan_id``; :func:`scan_report` gives a handle's newest scan
     (``planned_at``, seconds since the epoch, and ``scans_with_handle`` say which)
-    and :func:`scan_reports` all of them.
+    and :func:`scan_reports` all of them; ``scan_report(df)`` the newest scan of
+    the DataFrame's reader (its ``table``, or ``path``, with the same options:
+    ``options_digest``), with a handle or not. ``partition_filter`` is the
+    ``partitionFilter`` option's predicate; :meth:`pruned_by` says which filters pruned.
 
     ``planning_ms`` includes ``wait_ms``, the time spent waiting for a late filter.
     ``partitions_kept`` counts the leaf partitions read; ``partitions_total`` the
@@ -91,15 +103,30 @@ class ScanReport:
     pruned_by_column: dict[str, int] = dataclasses.field(default_factory=dict)
     planned_at: float = dataclasses.field(default_factory=time.time)
     scans_with_handle: int | None = None
+    table: str | None = None  # the registered table read ('default.sales'); None: read by path
+    partition_columns: tuple[str, ...] = ()
+    partition_filter: str | None = None
+    options_digest: str | None = None
 
     def __str__(self) -> str:
-        if self.handle is None:
+        if self.partitions_kept is None:  # a dynamic_join that planned no scan with a filter
             return f"{self.path}: not pruned dynamically ({self.fallback_reason})"
         return "\n".join([self._heading(), *("  " + line for line in self.lines())])
 
+    def pruned_by(self) -> str:
+        """The filters that pruned the scan: its ``partitionFilter``, its dynamic filter, both, or none."""
+        used = [f"partitionFilter {self.partition_filter!r}"] if self.partition_filter else []
+        if self.handle is not None and self.filtering:
+            used.append(f"dynamic filter {self.handle}")
+        return " and ".join(used) or "none"
+
     def lines(self) -> list[str]:
-        """The summary's lines under its heading: payload, partitions, files, listings and times, rows, reason."""
-        lines = [f"payload: {self._payload()}", f"partitions: {self._partitions()}",
+        """The summary's lines under its heading: payload, filters, partitions, files, listings and times, rows,
+        reason."""
+        head = [f"payload: {self._payload()}"] if self.handle else []
+        if self.handle is None or self.partition_filter:
+            head.append(f"pruned by: {self.pruned_by()}")
+        lines = [*head, f"partitions: {self._partitions()}",
                  f"files: {self.files_kept:,} ({self.bytes_kept:,} bytes) in {self.input_partitions:,} input "
                  f"partition(s)",
                  f"listings: {self.listings:,}; planning: {self.planning_ms:,} ms"
@@ -108,16 +135,21 @@ class ScanReport:
             lines.append(self._read_tasks())
         if self.fallback_reason:
             lines.append(("not filtering: " if not self.filtering else "note: ") + self.fallback_reason)
+        if self.handle is None and self.partition_filter is None and self.partition_columns:
+            lines.append(f"note: {WHERE_DOES_NOT_PRUNE}")
         return lines
 
     def _heading(self) -> str:
-        heading = f"dynamic filter {self.handle} on {self.path}"
+        heading = f"dynamic filter {self.handle} on {self.path}" if self.handle else f"scan of {self._source()}"
         if self.scan_id is None:
             return heading
         planned = f", planned {_utc(self.planned_at)}"
         newest = "" if not self.scans_with_handle or self.scans_with_handle < 2 else (
             f"; the newest of {self.scans_with_handle} scans with this handle, dynsource.scan_reports() lists them")
         return f"{heading} (scan {self.scan_id[:8]}{planned}{newest})"
+
+    def _source(self) -> str:
+        return f"table {self.table} ({self.path})" if self.table else self.path
 
     def _payload(self) -> str:
         if self.payload_kind is None:
@@ -147,11 +179,13 @@ class ScanReport:
     def log(self) -> None:
         # Flink's HiveSourceDynamicFileEnumerator wording, so the line is familiar in logs.
         total = "unknown (pruned above the leaf level)" if self.partitions_total is None else self.partitions_total
+        scan = f"Dynamic filtering with handle {self.handle} on" if self.handle else "Scan of"
         log.info(
-            "Dynamic filtering with handle %s on %s: original partition number is %s, remaining partition "
-            "number is %d (%d files, %d bytes)%s%s",
-            self.handle, self.path, total, self.partitions_kept, self.files_kept,
-            self.bytes_kept, self._row_level(), f"; fallback: {self.fallback_reason}" if self.fallback_reason else "",
+            "%s %s: original partition number is %s, remaining partition number is %d (%d files, %d bytes); "
+            "planning %s ms; pruned by %s%s%s",
+            scan, self._source(), total, self.partitions_kept,
+            self.files_kept, self.bytes_kept, self.planning_ms, self.pruned_by(), self._row_level(),
+            f"; fallback: {self.fallback_reason}" if self.fallback_reason else "",
         )
 
     def _row_level(self) -> str:
@@ -162,11 +196,16 @@ class ScanReport:
 
 
 def save(report: ScanReport, filter_store: str | FilterStore | None) -> None:
-    """Store ``report`` as one of its handle's scans, dropping the oldest beyond ``MAX_SCANS_KEPT``."""
+    """Store ``report`` as one of its table's scans and, with a handle, of its handle's, dropping the oldest beyond
+    ``MAX_SCANS_KEPT`` of each."""
     location = FilterStore.of(filter_store)
-    store.put(f"{_directory(report.handle)}/{_scan_name(report)}", json.dumps(asdict(report)).encode(), location)
-    for old in _scan_names(report.handle, location)[:-MAX_SCANS_KEPT]:
-        store.remove(f"{_directory(report.handle)}/{old}", location)
+    directories = [_table_directory(report.table, report.path)]
+    if report.handle is not None:
+        directories.append(_directory(report.handle))
+    for directory in directories:
+        store.put(f"{directory}/{_scan_name(report)}", json.dumps(asdict(report)).encode(), location)
+        for old in _scan_names(directory, location)[:-MAX_SCANS_KEPT]:
+            store.remove(f"{directory}/{old}", location)
 
 
 def _utc(epoch_seconds: float) -> str:
@@ -261,7 +300,9 @@ def scan_report(
     target: str | DataFrame, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
 ) -> ScanReport | QueryReport:
     """The report of the newest scan that used a handle, of a DataFrame made by ``dynamic_join``,
-    or (a :class:`QueryReport`) of one made by ``dynsource.sql``.
+    (a :class:`QueryReport`) of one made by ``dynsource.sql``, or of any other
+    DataFrame that reads one dynsource table: its reader's newest scan, found
+    from the DataFrame's plan (classic PySpark, not Spark Connect).
 
     ``print()`` it for a summary; ``dataclasses.asdict()`` gives every figure.
     ``storage_options`` are the fsspec options of the filter store ``store_url``.
@@ -273,8 +314,9 @@ def scan_report(
             return _queries[target]
         join = _joins.get(target)
         if join is None:
-            raise ValueError("scan_report() takes a filter handle or a DataFrame returned by dynsource.dynamic_join() "
-                             "or dynsource.sql().")
+            from dynsource import scanned  # scanned imports this module
+
+            return scanned.dataframe_report(target)
         if join.handle is None:
             return ScanReport(handle=None, path=join.fact, payload_kind=None, keys=None, payload_bytes=None,
                               filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,
@@ -293,23 +335,31 @@ def scan_reports(
 ) -> list[ScanReport]:
     """The reports of the scans that used ``handle``, oldest first (at most ``MAX_SCANS_KEPT``, the newest)."""
     location = FilterStore.of(store_url, storage_options)
-    scans = _scan_names(handle, location)
-    return [_complete(_read(handle, name, location), len(scans)) for name in scans]
+    scans = _scan_names(_directory(handle), location)
+    return [_complete(_read(_directory(handle), name, location), len(scans)) for name in scans]
 
 
 def _handle_report(handle: str, location: FilterStore) -> ScanReport:
-    scans = _scan_names(handle, location)
+    scans = _scan_names(_directory(handle), location)
     if not scans:
         raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.")
-    return _complete(_read(handle, scans[-1], location), len(scans))
+    return _complete(_read(_directory(handle), scans[-1], location), len(scans))
 
 
-def _read(handle: str, name: str, location: FilterStore) -> ScanReport:
-    fields = json.loads(store.get(f"{_directory(handle)}/{name}", location))
-    return ScanReport(**{**fields, "data_columns": tuple(fields.get("data_columns", ()))})
+def table_scans(table: str | None, path: str, location: FilterStore) -> Iterator[ScanReport]:
+    """The kept reports of the scans of registered ``table`` (None: of the table at ``path``), newest first."""
+    directory = _table_directory(table, path)
+    for name in reversed(_scan_names(directory, location)):
+        yield _complete(_read(directory, name, location), None)
 
 
-def _complete(report: ScanReport, scans: int) -> ScanReport:
+def _read(directory: str, name: str, location: FilterStore) -> ScanReport:
+    fields = json.loads(store.get(f"{directory}/{name}", location))
+    tuples = {key: tuple(fields.get(key, ())) for key in ("data_columns", "partition_columns")}  # JSON has lists
+    return ScanReport(**{**fields, **tuples})
+
+
+def _complete(report: ScanReport, scans: int | None) -> ScanReport:
     """``report`` with the count of its handle's scans and, when this driver ran it, its read tasks' figures."""
     report = dataclasses.replace(report, scans_with_handle=scans)
     if report.scan_id is None or not report.data_columns:
@@ -335,5 +385,11 @@ def _scan_name(report: ScanReport) -> str:
     return f"{round(report.planned_at * 1000):015d}-{report.scan_id}.json"
 
 
-def _scan_names(handle: str, location: FilterStore) -> list[str]:
-    return [name for name in store.names(_directory(handle), location) if name.endswith(".json")]
+def _table_directory(table: str | None, path: str) -> str:
+    # A digest: a path holds characters ('/', ':') and may be longer than a store entry's name can be.
+    key = f"table:{table}" if table else f"path:{path}"
+    return f"{store.REPORTS}/{_TABLES}/{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def _scan_names(directory: str, location: FilterStore) -> list[str]:
+    return [name for name in store.names(directory, location) if name.endswith(".json")]

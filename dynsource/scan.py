@@ -21,9 +21,12 @@ from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionE
 from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level
 from dynsource.options import ScanOptions
+from dynsource.scanned import Reader
 from dynsource.types import arrow_type, normalize_type, spark_schema
 
 log = logging.getLogger(__name__)
+# The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
+_warned_whole: set[str] = set()
 
 
 def table_walk(options: ScanOptions) -> tuple[Any, PartitionEnumerator]:
@@ -95,9 +98,13 @@ def _read_column_types(options: ScanOptions, schema: StructType) -> dict[str, st
 
 def plan_scan(
     options: ScanOptions, schema: StructType,
-    task_figures: figures.Channel | figures.Unavailable = figures.UNREGISTERED,
+    task_figures: figures.Channel | figures.Unavailable = figures.UNREGISTERED, reader: Reader | None = None,
 ) -> list[InputPartition]:
-    """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files."""
+    """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files.
+
+    Every scan logs an INFO line and saves its report, under its ``reader``'s table (by default the one at
+    ``path``) and its handle if any; a partitioned table read whole without any filter logs a WARNING.
+    """
     started = time.perf_counter()
     fs, walk = table_walk(options)
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
@@ -137,14 +144,37 @@ def plan_scan(
         min_partition_num=options.min_partition_num,
         row_filter=row_filter,
     )
-    if options.dynamic_filter and options.dynamic_filtering_enabled:
+    dynamic, reason = bool(options.dynamic_filter and options.dynamic_filtering_enabled), None
+    if dynamic:
         reason = unusable or enumerator.fallback_reason
         if data is not None and not data.is_filtering:
             reason = "the filter exceeded the collector's threshold"
-        _report(options, data, listing, reason=reason, rows_reason=rows_unusable, wait_ms=wait_ms,
-                input_partitions=len(input_partitions), started=started, scan_id=scan_id, row_filter=row_filter,
-                task_figures=task_figures)
+    _report(options, reader, data, listing, dynamic=dynamic, reason=reason, rows_reason=rows_unusable,
+            wait_ms=wait_ms, input_partitions=len(input_partitions), started=started, scan_id=scan_id,
+            row_filter=row_filter, task_figures=task_figures)
+    if not dynamic and partition_filter is None:
+        _warn_whole_table(options, reader.table if reader else None, listing)
     return input_partitions
+
+
+def _warn_whole_table(options: ScanOptions, table: str | None, listing: Listing) -> None:
+    """Say once per table in this worker process that a partitioned table was read whole, and how to prune it."""
+    if not listing.columns or listing.directories_pruned or (table or options.path) in _warned_whole:
+        return
+    _warned_whole.add(table or options.path)
+    column = listing.columns[0]
+    if table:
+        read, option = f"table {table}", f"SELECT ... FROM {table} WITH ('partitionFilter' = '{column} = ...')"
+        sql = "run the query with dynsource.sql(spark, query)"
+    else:
+        read, option = options.path, f"spark.read.format('dynsource').option('partitionFilter', '{column} = ...')"
+        sql = "register the table (dynsource.register_table) and run the query with dynsource.sql(spark, query)"
+    log.warning(
+        "dynsource: the scan of %s read all %d partitions. Spark does not pass a query's WHERE to a Python data "
+        "source, so WHERE %s ... does not prune. To prune, give the partitionFilter option (%s), or %s, which "
+        "turns WHERE predicates on partition columns into partitionFilter. (Said once per table in each Python "
+        "worker.)", read, len(listing.partitions), column, option, sql,
+    )
 
 
 def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str | None]:
@@ -181,18 +211,18 @@ def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: 
 
 
 def _report(
-    options, data, listing, *, reason, rows_reason, wait_ms, input_partitions, started, scan_id, row_filter,
-    task_figures,
+    options, reader, data, listing, *, dynamic, reason, rows_reason, wait_ms, input_partitions, started, scan_id,
+    row_filter, task_figures,
 ) -> None:
     # A data column the filter cannot compare leaves the partition pruning standing: filtering stays true.
     kept_files = [f for p in listing.partitions for f in p.files]
     scan = report.ScanReport(
-        handle=options.dynamic_filter,
+        handle=options.dynamic_filter if dynamic else None,
         path=options.path,
         payload_kind=data.kind if data is not None else None,
         keys=len(data) if data is not None else None,
         payload_bytes=data.size_bytes if data is not None else None,
-        filtering=reason is None,
+        filtering=dynamic and reason is None,
         partitions_total=listing.leaf_total,
         partitions_kept=len(listing.partitions),
         files_kept=len(kept_files),
@@ -209,9 +239,13 @@ def _report(
         figures_owner=task_figures.owner if row_filter and isinstance(task_figures, figures.Channel) else None,
         task_figures_unavailable=(
             task_figures.reason if row_filter and isinstance(task_figures, figures.Unavailable) else None),
+        table=reader.table if reader else None,
+        partition_columns=tuple(listing.columns),
+        partition_filter=options.partition_filter.text if options.partition_filter else None,
+        options_digest=reader.options_digest if reader else None,
     )
     scan.log()
     try:
         report.save(scan, options.filter_store)
     except OSError as error:  # the scan itself is sound: losing its report must not fail the query
-        log.warning("dynsource: could not save the scan report of '%s': %s", options.dynamic_filter, error)
+        log.warning("dynsource: could not save the report of a scan of '%s': %s", options.path, error)

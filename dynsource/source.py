@@ -9,7 +9,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource import figures, files, logs, planner, rowfilter
+from dynsource import figures, files, logs, planner, rowfilter, scanned
 from dynsource.options import ScanOptions
 from dynsource.scan import plan_scan, table_schema, table_walk
 from dynsource.types import read_arrow_schema
@@ -176,6 +176,8 @@ class DynsourceDataSource(DataSource):
         super().__init__(options)
         self.scan_options = self.parse_options(options)
         self.log_level = self.scan_options.log_level or self.driver_log_level
+        # What the DataFrame's plan also knows of this reader: scan_report(df) finds the scans it plans by it.
+        self.scan_reader = scanned.Reader.of(self.name(), options)
 
     def parse_options(self, options: Mapping[str, str]) -> ScanOptions:
         """The validated options of this source's scans (a registered table's source merges its stored ones)."""
@@ -188,22 +190,23 @@ class DynsourceDataSource(DataSource):
         return table_schema(listing, fs, self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:
-        return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level)
+        return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level, self.scan_reader)
 
 
 class DynsourceReader(DataSourceReader):
     def __init__(
         self, options: ScanOptions, schema: StructType, task_figures: figures.Channel | figures.Unavailable,
-        log_level: str | None = None,
+        log_level: str | None = None, scan_reader: scanned.Reader | None = None,
     ) -> None:
         self.options = options
         self.schema = schema
         self.task_figures = task_figures
         self.log_level = log_level
+        self.scan_reader = scan_reader
 
     def partitions(self) -> Sequence[InputPartition]:
         logs.configure_worker(self.log_level)
-        return plan_scan(self.options, self.schema, self.task_figures)
+        return plan_scan(self.options, self.schema, self.task_figures, self.scan_reader)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
