@@ -116,10 +116,20 @@ def _add_session_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _sql(args: argparse.Namespace) -> None:
+    from pyspark.errors import AnalysisException
+
+    spark = _hive_session(args.conf, args.metastore)
+    try:
+        _run_sql(spark, args)
+    # What the query can cause: Spark's parse or analysis error (ParseException is one), dynsource's on its options.
+    except (ValueError, OSError, AnalysisException) as error:
+        sys.exit(f"dynsource sql: {_first_line(error)}")
+
+
+def _run_sql(spark: SparkSession, args: argparse.Namespace) -> None:
     import dynsource
     from dynsource import catalog
 
-    spark = _hive_session(args.conf, args.metastore)
     if args.definitions:
         catalog.register_tables(spark, definitions=args.definitions)
     if args.explain:
@@ -149,9 +159,13 @@ def _table(args: argparse.Namespace) -> None:
 def _create_table(spark: SparkSession, args: argparse.Namespace) -> None:
     from dynsource import catalog
 
+    table = catalog.qualified_name(spark, args.name)
+    # register_table's own message names its Python argument (replace=True), not this command's flag.
+    if not args.replace and catalog.in_catalog(spark, table):
+        raise ValueError(f"table {table} already exists; pass --replace to replace it")
     catalog.register_table(spark, args.name, args.path, definitions=args.definitions, replace=args.replace,
                            **_pairs(args.option, "--option"))
-    print(f"created table {catalog.qualified_name(spark, args.name)}")
+    print(f"created table {table}")
 
 
 def _drop_table(spark: SparkSession, args: argparse.Namespace) -> None:

@@ -10,9 +10,10 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import dynsource
-from dynsource import store
+from dynsource import cli, store
 
 DATA = dynsource.DynamicFilteringData([("k", "int")], [(1,)])
 
@@ -115,3 +116,45 @@ def test_table_commands_say_where_the_catalog_goes_and_fail_in_one_line(tmp_path
     created = run_cli("table", "create", "x", "--path", "/nothing", *session, cwd=tmp_path)
     assert created.returncode == 1 and "Traceback" not in created.stderr
     assert dynsource_lines(created.stderr)[1:] == ["dynsource table create: Option 'path': '/nothing' does not exist."]
+
+
+def test_table_create_without_path_fails_before_spark_starts():
+    started = time.monotonic()
+    result = run_cli("table", "create", "x")
+    assert result.returncode == 2 and dynsource_lines(result.stderr) == [
+        "dynsource table create: error: the following arguments are required: --path"]
+    assert time.monotonic() - started < 15  # argparse's error, not a JVM's start
+
+
+def test_a_query_spark_rejects_is_a_one_line_error(tmp_path):
+    result = run_cli("sql", "SELECT * FROM nosuchtable", "--metastore", str(tmp_path / "meta"),
+                     "--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    [error] = dynsource_lines(result.stderr)[1:]
+    assert error.startswith("dynsource sql: [TABLE_OR_VIEW_NOT_FOUND] The table or view `nosuchtable` cannot be "
+                            "found."), error
+
+
+# In this process's session (no JVM start per command): sys.exit(message) is the one line and exit code 1 above.
+def test_sql_and_explain_of_an_unparsable_query_exit_with_sparks_first_line(spark):
+    for explain in ([], ["--explain"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["sql", "SELEC 1", *explain])
+        assert exited.value.code.startswith("dynsource sql: [PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'")
+        assert "\n" not in exited.value.code
+
+
+def test_table_create_of_an_existing_name_says_to_pass_replace(spark, tmp_path, capsys):
+    pq.write_to_dataset(pa.table({"v": [1, 2], "k": [1, 2]}), tmp_path / "t", partition_cols=["k"])
+    create = ["table", "create", "cli_existing", "--path", str(tmp_path / "t"), "--definitions",
+              str(tmp_path / "defs")]
+    try:
+        cli.main(create)
+        with pytest.raises(SystemExit) as exited:
+            cli.main(create)
+        assert exited.value.code == ("dynsource table create: table default.cli_existing already exists; pass "
+                                     "--replace to replace it")
+        cli.main([*create, "--replace"])
+        assert capsys.readouterr().out.splitlines() == ["created table default.cli_existing"] * 2
+    finally:
+        dynsource.drop_table(spark, "cli_existing", definitions=str(tmp_path / "defs"))
