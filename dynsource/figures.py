@@ -12,7 +12,7 @@ DataFrame replaces its figures instead of adding to them.
 
 Spark Connect has no accumulators and no SparkContext in the client: there the
 channel is :class:`Unavailable`, and the scan report says so instead of
-showing figures.
+showing figures; so it does for a scan planned but never read (an explain).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ CONNECT = (
     "Spark Connect has no channel from read tasks back to the client (no accumulators): the partition, file and "
     "planning figures are complete, the read tasks' row groups and rows are not counted"
 )
+NOT_RUN = "the query was not run (explain plans scans without reading them)"
 
 _Key = tuple[str, int]  # (scan id, task index)
 
@@ -101,6 +102,7 @@ class Unavailable:
 
 
 UNREGISTERED = Unavailable(NOT_REGISTERED)
+PLANNED_ONLY = Unavailable(NOT_RUN)  # a scan planned outside Spark's read (explain_sql): no task ever reads it
 _channels: weakref.WeakKeyDictionary[object, Channel] = weakref.WeakKeyDictionary()
 
 

@@ -67,8 +67,9 @@ class ScanReport:
     them did to the end). These task figures are sums over the
     ``tasks_reported`` tasks that have run (0 before the first action, or
     without data-column fields). When the tasks had no way to send them (Spark
-    Connect), or the report is read outside the driver that ran the scan, they
-    are None and ``task_figures_unavailable`` says why.
+    Connect), the scan was only planned (an explain), or the report is read
+    outside the driver that ran the scan, they are None and
+    ``task_figures_unavailable`` says why.
 
     The report of a :func:`dynsource.dynamic_join` that did not prune has no
     handle and no scan figures (None), only the reason.
@@ -167,7 +168,7 @@ class ScanReport:
     def _read_tasks(self) -> str:
         by = f"by data column(s) {list(self.data_columns)}"
         if self.task_figures_unavailable is not None:
-            return f"row groups and rows ({by}): not counted here: {self.task_figures_unavailable}"
+            return f"row groups and rows ({by}): not counted: {self.task_figures_unavailable}"
         if not self.tasks_reported:
             return f"row groups and rows ({by}): no read task has reported yet (run an action)"
         line = (f"row groups ({by}): {self.row_groups_skipped:,} of {self.row_groups_total:,} skipped in "
@@ -370,8 +371,8 @@ def _complete(report: ScanReport, scans: int | None) -> ScanReport:
             tasks, counts = totals
             return dataclasses.replace(report, tasks_reported=tasks, **asdict(counts))
         report = dataclasses.replace(
-            report, task_figures_unavailable=f"the read tasks sent them to the driver process {report.figures_owner}, "
-            "which ran the scan; ask its dynsource.scan_report()")
+            report, task_figures_unavailable="they are counted only in the driver that ran the query (process "
+            f"{report.figures_owner}), not in this process: ask dynsource.scan_report() in that driver")
     return dataclasses.replace(report, **dict.fromkeys(_TASK_FIGURES))
 
 

@@ -98,12 +98,14 @@ def _read_column_types(options: ScanOptions, schema: StructType) -> dict[str, st
 
 def plan_scan(
     options: ScanOptions, schema: StructType,
-    task_figures: figures.Channel | figures.Unavailable = figures.UNREGISTERED, reader: Reader | None = None,
+    task_figures: figures.Channel | figures.Unavailable = figures.PLANNED_ONLY, reader: Reader | None = None,
 ) -> list[InputPartition]:
     """Enumerate (pruning with ``partitionFilter`` and the dynamic filter if any), then pack the kept files.
 
     Every scan logs an INFO line and saves its report, under its ``reader``'s table (by default the one at
     ``path``) and its handle if any; a partitioned table read whole without any filter logs a WARNING.
+    ``task_figures`` is the channel its read tasks count through; without one, the scan is planned but not
+    read (an explain), and its report says so.
     """
     started = time.perf_counter()
     fs, walk = table_walk(options)

@@ -243,6 +243,9 @@ def test_explain_sql_collects_and_plans_without_running_the_query(star):
     assert ("default.store_sales (ss.ss_sold_date_sk) <- date_dim (d.d_date_sk) AND default.store_sales "
             "(ss.ss_store_sk) <- store (s.s_store_sk): exact, 100 keys") in text
     assert "not pruned" not in text
+    # The store keys are a data column's: the read tasks would count row groups, but explain reads nothing.
+    assert ("  row groups and rows (by data column(s) ['ss_store_sk']): not counted: the query was not run (explain "
+            "plans scans without reading them)") in text.splitlines()
 
 
 def test_the_sql_command_prints_rows_and_report_and_explains(star, star_root, capsys):

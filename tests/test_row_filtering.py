@@ -355,7 +355,8 @@ def test_report_sums_the_tasks_of_the_latest_scan(spark, tmp_path):
 
 
 @pytest.mark.parametrize("owner, unavailable, says", [
-    ("elsewhere:1:7", None, "sent them to the driver process elsewhere:1:7"),
+    ("elsewhere:1:7", None, "they are counted only in the driver that ran the query (process elsewhere:1:7), not "
+                            "in this process: ask dynsource.scan_report() in that driver"),
     (None, "Spark Connect has no channel", "Spark Connect has no channel"),
 ])
 def test_report_without_task_figures_says_why(tmp_path, owner, unavailable, says):
@@ -367,4 +368,5 @@ def test_report_without_task_figures_says_why(tmp_path, owner, unavailable, says
         task_figures_unavailable=unavailable), store)
     scan = dynsource.scan_report(handle, store)
     assert says in scan.task_figures_unavailable
+    assert f"row groups and rows (by data column(s) ['k']): not counted: {says}" in str(scan)
     assert (scan.tasks_reported, scan.rows_read, scan.rows_filtered, scan.row_filtering_tasks) == (None,) * 4
