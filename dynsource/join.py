@@ -10,6 +10,7 @@ they run as the plain join and the report says why.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame
@@ -164,6 +165,7 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
         described = f"{fact} ({', '.join(f for f, _ in pairs)}) <- dimension {index} ({', '.join(c for _, c in pairs)})"
         return benefit.Candidate(described, [f for f, _ in pairs], collect)
 
+    started = time.perf_counter()
     choice = benefit.worth_applying(
         [candidate(index, d, pairs) for index, (d, pairs) in enumerate(dims)],
         benefit.survey(fact_options, types, deep=False).top, ratio,
@@ -172,9 +174,10 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
     notes = [reason if len(dims) == 1 else f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return None, notes
+    collection_ms = round((time.perf_counter() - started) * 1000, 1)  # the dimensions' collect jobs and combining
     handle = filter_store.publish(choice.data, store)
-    return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data)),
-            notes + choice.left_out)
+    return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data),
+                              collection_ms), notes + choice.left_out)
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:

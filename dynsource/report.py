@@ -108,6 +108,7 @@ class ScanReport:
     partition_columns: tuple[str, ...] = ()
     partition_filter: str | None = None
     options_digest: str | None = None
+    payload_exceeded: bool = False  # the collector stopped past its threshold: the payload holds no key
 
     def __str__(self) -> str:
         if self.partitions_kept is None:  # a dynamic_join that planned no scan with a filter
@@ -155,6 +156,9 @@ class ScanReport:
     def _payload(self) -> str:
         if self.payload_kind is None:
             return "none (the filter could not be loaded)"
+        if self.payload_exceeded:  # not an empty dimension, which would prune every partition
+            kept = "every partition its partitionFilter keeps" if self.partition_filter else "every partition"
+            return f"exceeded the collector's threshold, so it holds no key and prunes nothing: {kept} is read"
         return f"{self.payload_kind}, {self.keys:,} key(s), {self.payload_bytes:,} bytes"
 
     def _partitions(self) -> str:
@@ -265,8 +269,9 @@ class QueryReport:
                     lines.append(f"{assignment.scan}: not pruned dynamically ({assignment.reason})")
                 continue
             read = "all columns" if assignment.columns is None else f"columns {list(assignment.columns)}"
-            lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys, "
-                         f"collected in {assignment.collection_ms} ms; reads {read}")
+            collected = "" if assignment.collection_ms is None else f", collected in {assignment.collection_ms} ms"
+            lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys{collected}; "
+                         f"reads {read}")
             if scan is None:
                 lines.append("  (no scan yet: run an action on the DataFrame first)")
             else:

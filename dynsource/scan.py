@@ -25,6 +25,8 @@ from dynsource.scanned import Reader
 from dynsource.types import arrow_type, normalize_type, spark_schema
 
 log = logging.getLogger(__name__)
+# What turns an exceeded filter (no key, prunes nothing) into one that prunes: the collector's own arguments.
+_EXCEEDED_FIX = "collect it with a larger max_rows or max_bytes, or with kinds that allow 'bloom' or 'range'"
 # The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
 _warned_whole: set[str] = set()
 
@@ -150,7 +152,7 @@ def plan_scan(
     if dynamic:
         reason = unusable or enumerator.fallback_reason
         if data is not None and not data.is_filtering:
-            reason = "the filter exceeded the collector's threshold"
+            reason = f"the filter exceeded the collector's threshold: {_EXCEEDED_FIX}"
     _report(options, reader, data, listing, dynamic=dynamic, reason=reason, rows_reason=rows_unusable,
             wait_ms=wait_ms, input_partitions=len(input_partitions), started=started, scan_id=scan_id,
             row_filter=row_filter, task_figures=task_figures)
@@ -185,6 +187,10 @@ def _filter_data(options: ScanOptions) -> tuple[DynamicFilteringData | None, str
         return None, None
     try:
         data = store.resolve(options.dynamic_filter, options.filter_store, wait_ms=options.dynamic_filter_wait_ms)
+        if data.exceed_threshold:
+            log.warning("dynsource: dynamic filter '%s' exceeded the collector's threshold and holds no key, so the "
+                        "scan of %s reads every partition%s; to prune, %s.", options.dynamic_filter, options.path,
+                        " its partitionFilter keeps" if options.partition_filter else "", _EXCEEDED_FIX)
         return data, None
     except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
         if options.dynamic_filter_on_error == "fail":
@@ -224,6 +230,7 @@ def _report(
         payload_kind=data.kind if data is not None else None,
         keys=len(data) if data is not None else None,
         payload_bytes=data.size_bytes if data is not None else None,
+        payload_exceeded=data is not None and data.exceed_threshold,
         filtering=dynamic and reason is None,
         partitions_total=listing.leaf_total,
         partitions_kept=len(listing.partitions),

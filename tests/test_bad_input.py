@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 import dynsource
 from dynsource import collector, files, store
@@ -325,6 +326,23 @@ def test_a_million_keys_never_crash_and_read_the_joining_rows(spark, table, mill
         assert report.keys == 1_000_000 and report.payload_kind == kind
     else:
         assert report.partitions_kept == 3 and "exceeded" in report.fallback_reason
+
+
+def test_an_exceeded_filter_is_one_logged_full_read_and_its_report_says_exceeded(table, tmp_path, caplog):
+    filter_store = str(tmp_path)
+    handle = dynsource.publish(DynamicFilteringData([("k", "int")], exceed_threshold=True), filter_store)
+    options = ScanOptions.parse({"path": str(table), "dynamicFilter": handle, "filterStore": filter_store})
+    schema = StructType([StructField("v", LongType()), StructField("k", IntegerType())])
+    with caplog.at_level(logging.WARNING, logger="dynsource"):
+        planned = plan_scan(options, schema)
+    assert sum(len(p.value.splits) for p in planned) == 3
+    assert [record.getMessage() for record in caplog.records] == [
+        f"dynsource: dynamic filter '{handle}' exceeded the collector's threshold and holds no key, so the scan of "
+        f"{table} reads every partition; to prune, collect it with a larger max_rows or max_bytes, or with kinds "
+        "that allow 'bloom' or 'range'."]
+    assert str(dynsource.scan_report(handle, filter_store)).splitlines()[1] == (
+        "  payload: exceeded the collector's threshold, so it holds no key and prunes nothing: every partition is "
+        "read")
 
 
 # --- filter stores that cannot be reached -----------------------------------------------------------

@@ -126,6 +126,9 @@ def test_a_star_in_one_call_prunes_by_every_dimension_at_once_and_equals_the_pla
     assert (assignment.keys, report.notes) == (3 * 67, ())
     (scan,) = report.scans()
     assert scan.partitions_kept == 3 and scan.data_columns == ("amount",) and scan.row_filtering
+    assert assignment.collection_ms > 0
+    assert str(report).splitlines()[0] == (f"{assignment.filter}: exact, 201 keys, collected in "
+                                           f"{assignment.collection_ms} ms; reads all columns")
 
 
 def test_star_arguments_are_checked(spark, fact):

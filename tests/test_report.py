@@ -15,6 +15,7 @@ import dynsource
 from dynsource import report, store
 from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
+from dynsource.storage import FilterStore
 from tests.helpers import read
 
 PLANNED = dict(path="/data/sales", payload_kind="exact", keys=31, payload_bytes=412, filtering=True,
@@ -52,6 +53,22 @@ def test_summary_shows_row_figures_only_where_they_apply_and_the_reason_when_not
                                                "  partitions: 1,827 of 1,827 kept"]
     assert str(unusable).splitlines()[-1] == "  not filtering: the collector failed: boom"
     assert "row groups" not in str(unusable)
+
+
+def test_summary_of_an_exceeded_filter_says_so_not_zero_keys():
+    exceeded = report.ScanReport(handle=HANDLE, **{**PLANNED, "keys": 0, "payload_bytes": 0, "filtering": False,
+                                                   "partitions_kept": 1827, "pruned_by_column": {}},
+                                 payload_exceeded=True, fallback_reason="the filter exceeded the collector's threshold")
+    assert str(exceeded).splitlines()[1] == ("  payload: exceeded the collector's threshold, so it holds no key and "
+                                             "prunes nothing: every partition is read")
+    statically = dataclasses.replace(exceeded, partition_filter="ss_sold_date_sk < 10")
+    assert statically.lines()[0].endswith("prunes nothing: every partition its partitionFilter keeps is read")
+
+
+def test_a_query_report_leaves_out_a_collection_time_it_does_not_know(tmp_path):
+    assignment = report.Assignment("default.sales AS s", "default.sales (s.day) <- dates (d.day)", HANDLE, "exact", 3)
+    assert str(report.QueryReport((assignment,), (), FilterStore.of(str(tmp_path)))).splitlines()[0] == (
+        "default.sales (s.day) <- dates (d.day): exact, 3 keys; reads all columns")
 
 
 def test_summary_of_a_scan_pruned_above_the_leaf_level_does_not_guess_the_leaf_total():
