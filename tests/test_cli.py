@@ -119,11 +119,10 @@ def test_table_commands_say_where_the_catalog_goes_and_fail_in_one_line(tmp_path
 
 
 def test_table_create_without_path_fails_before_spark_starts():
-    started = time.monotonic()
     result = run_cli("table", "create", "x")
+    # argparse's error and nothing else: no "dynsource: starting a local Spark session" line came before it.
     assert result.returncode == 2 and dynsource_lines(result.stderr) == [
         "dynsource table create: error: the following arguments are required: --path"]
-    assert time.monotonic() - started < 15  # argparse's error, not a JVM's start
 
 
 def test_a_query_spark_rejects_is_a_one_line_error(tmp_path):
