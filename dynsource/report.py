@@ -1,12 +1,10 @@
 """Scan reports: what a scan kept, pruned and why (EXPLAIN for dynamic filtering and ``partitionFilter``).
 
 The scan is planned in a Python worker on the driver's host, so the report is
-written to the filter store, one file per scan under its table
-(``reports/tables/<digest of the table>/<planned at>-<scan id>.json``) and, with
-a filter handle, under the handle (``reports/<handle>/...``), the newest
-``MAX_SCANS_KEPT`` of each, and read back in the driver: by handle, or from a
-DataFrame's plan (:mod:`dynsource.scanned`). Row groups and rows are counted later, by the
-``read()`` tasks in executors, which send them through a Spark accumulator
+written to the filter store, one file per scan under its table (``reports/tables/<digest>/<planned at>-<scan
+id>.json``) and its handle if any (``reports/<handle>/...``), the newest ``MAX_SCANS_KEPT`` of each, and read back
+in the driver: by handle, or from a DataFrame's plan (:mod:`dynsource.scanned`). Row groups and rows are counted
+later, by the ``read()`` tasks in executors, which send them through a Spark accumulator
 (:mod:`dynsource.figures`); :func:`scan_report` adds up the figures of the tasks
 of the scan it shows, or says why there are none to add up.
 """
@@ -34,10 +32,8 @@ log = logging.getLogger(__name__)
 MAX_SCANS_KEPT = 20
 _TABLES = "tables"  # reports/tables/<digest>/: the reports of a table's scans, with or without a handle
 WHERE_DOES_NOT_PRUNE = (
-    "Spark does not pass a query's WHERE to a Python data source, so WHERE on partition columns does not prune: "
-    "give the partitionFilter option, or run the query with dynsource.sql(spark, query), which turns WHERE "
-    "predicates on partition columns into partitionFilter"
-)
+    "Spark does not pass a query's WHERE to a Python data source, so WHERE on partition columns does not prune: give "
+    "the partitionFilter option, or run the query with dynsource.sql(spark, query), which turns them into one")
 _TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(figures.ReadCounts)))
 
 
@@ -48,10 +44,9 @@ class ScanReport:
     Every scan (each action on a DataFrame plans one) keeps its own report,
     named by ``scan_id``; :func:`scan_report` gives a handle's newest scan
     (``planned_at``, seconds since the epoch, and ``scans_with_handle`` say which)
-    and :func:`scan_reports` all of them; ``scan_report(df)`` the newest scan of
-    the DataFrame's reader (its ``table``, or ``path``, with the same options:
-    ``options_digest``), with a handle or not. ``partition_filter`` is the
-    ``partitionFilter`` option's predicate; :meth:`pruned_by` says which filters pruned.
+    and :func:`scan_reports` all of them; ``scan_report(df)`` the newest scan of the
+    DataFrame's reader (its ``table`` or ``path``, with the same options: ``options_digest``),
+    with a handle or not. :meth:`pruned_by` says which filters pruned (``partition_filter``, the handle's).
 
     ``planning_ms`` includes ``wait_ms``, the time spent waiting for a late filter.
     ``partitions_kept`` counts the leaf partitions read; ``partitions_total`` the
@@ -123,8 +118,7 @@ class ScanReport:
         return " and ".join(used) or "none"
 
     def lines(self) -> list[str]:
-        """The summary's lines under its heading: payload, filters, partitions, files, listings and times, rows,
-        reason."""
+        """The summary's lines under its heading: payload or filters, partitions, files, listings and times, rows."""
         head = [f"payload: {self._payload()}"] if self.handle else []
         if self.handle is None or self.partition_filter:
             head.append(f"pruned by: {self.pruned_by()}")
@@ -201,8 +195,7 @@ class ScanReport:
 
 
 def save(report: ScanReport, filter_store: str | FilterStore | None) -> None:
-    """Store ``report`` as one of its table's scans and, with a handle, of its handle's, dropping the oldest beyond
-    ``MAX_SCANS_KEPT`` of each."""
+    """Store ``report`` among its table's scans and its handle's, keeping the newest ``MAX_SCANS_KEPT`` of each."""
     location = FilterStore.of(filter_store)
     directories = [_table_directory(report.table, report.path)]
     if report.handle is not None:
@@ -356,7 +349,11 @@ def table_scans(table: str | None, path: str, location: FilterStore) -> Iterator
     """The kept reports of the scans of registered ``table`` (None: of the table at ``path``), newest first."""
     directory = _table_directory(table, path)
     for name in reversed(_scan_names(directory, location)):
-        yield _complete(_read(directory, name, location), None)
+        try:
+            scan = _read(directory, name, location)
+        except FileNotFoundError:  # the oldest, removed since listed by another process's newer scan
+            continue
+        yield _complete(scan, None)
 
 
 def _read(directory: str, name: str, location: FilterStore) -> ScanReport:
@@ -392,8 +389,8 @@ def _scan_name(report: ScanReport) -> str:
 
 
 def _table_directory(table: str | None, path: str) -> str:
-    # A digest: a path holds characters ('/', ':') and may be longer than a store entry's name can be.
-    key = f"table:{table}" if table else f"path:{path}"
+    # A digest: paths hold '/' and ':'. With a table's path: two metastores may each have a 'default.sales'.
+    key = f"table:{table}:{path}" if table else f"path:{path}"
     return f"{store.REPORTS}/{_TABLES}/{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
