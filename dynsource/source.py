@@ -216,11 +216,10 @@ class DynsourceReader(DataSourceReader):
         fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storage_options)[0])
         target = read_arrow_schema(self.schema)
         row_filter = rowfilter.open_row_filter(plan.row_filter)
-        try:
-            for split in plan.splits:
-                yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
-                                            self.options.batch_size, row_filter)
-        finally:
-            # Also when Spark stops early (a LIMIT): the figures then cover what was read.
-            if row_filter is not None:
-                self.task_figures.record(row_filter.spec.scan_id, plan.index, row_filter.figures)
+        for split in plan.splits:
+            yield from files.read_split(split, fs, self.options.format, target, plan.partition_columns,
+                                        self.options.batch_size, row_filter)
+        # Only a task read to its end sends figures: one Spark stops early (a LIMIT, show()) or that fails ends its
+        # worker without the accumulator updates, whatever it recorded.
+        if row_filter is not None:
+            self.task_figures.record(row_filter.spec.scan_id, plan.index, row_filter.figures)

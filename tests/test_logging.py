@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import json
 import logging
+import re
 import subprocess
 import sys
 import textwrap
 
+import pyspark.daemon
 import pytest
 
 from dynsource import logs
@@ -16,11 +20,13 @@ from dynsource import logs
 SESSION = textwrap.dedent("""
     import json, logging, os, sys, tempfile, time
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["DYNSOURCE_FILTER_STORE"] = tempfile.mkdtemp()  # its own: scan reports of other runs stay apart
     import pyarrow as pa, pyarrow.parquet as pq
     from pyspark.sql import SparkSession
     import dynsource
 
     spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.sql.warehouse.dir", tempfile.mkdtemp())
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp()
@@ -38,20 +44,45 @@ SESSION = textwrap.dedent("""
     assert count(handles["silenced"]) == 3
     handles["info"] = dynsource.publish(dynsource.DynamicFilteringData([("k", "int")], [(2,)]))
     assert count(handles["info"], logLevel="info") == 1
+    static = spark.read.format("dynsource").option("path", root).option("partitionFilter", "k >= 2")
+    assert static.option("logLevel", "info").load().count() == 2
     logging.getLogger("dynsource").setLevel(logging.NOTSET)
     dynsource.register(spark)
     assert count(handles["default"]) == 3
+
+    # Reads that Spark stops early, of a table larger than a socket's buffers (some read tasks are mid-write).
+    big, n = tempfile.mkdtemp(), 200_000
+    pq.write_to_dataset(pa.table({"v": [i % 1000 for i in range(n)], "k": [i % 4 for i in range(n)]}), big,
+                        partition_cols=["k"])
+    every_v = dynsource.publish(dynsource.DynamicFilteringData([("v", "bigint")], [(i,) for i in range(1000)]))
+    by_path = spark.read.format("dynsource").option("path", big).load()
+    by_path.show(2)
+    assert by_path.first() is not None and len(by_path.limit(3).collect()) == 3
+    filtered = spark.read.format("dynsource").option("path", big).option("dynamicFilter", every_v).load()
+    assert len(filtered.limit(3).collect()) == 3  # its read tasks send figures when stopped, too
+    dynsource.register_table(spark, "sales", path=big)
+    assert len(spark.table("sales").limit(3).collect()) == 3
+    where = spark.table("sales").where("k BETWEEN 1 AND 2")  # two more actions, one WARNING in all
+    assert where.count() == where.count() == n // 2
+    scan = dynsource.scan_report(where)
     time.sleep(2)  # the JVM copies the workers' stderr to its own on a thread of its own
-    print(json.dumps(handles))
+    print(json.dumps({"handles": handles, "root": root, "big": big,
+                      "where": [scan.partitions_kept, scan.partitions_total, scan.pruned_by()]}))
     spark.stop()
 """)
 
 
-def test_workers_log_at_the_driver_level_or_the_log_level_option():
+@pytest.fixture(scope="module")
+def session():
+    """The session's facts (handles, paths) and its stderr lines, the workers' included."""
     result = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
-    handles = json.loads(result.stdout.strip().splitlines()[-1])
-    lines = result.stderr.splitlines()
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr.splitlines()
+
+
+def test_workers_log_at_the_driver_level_or_the_log_level_option(session):
+    facts, lines = session
+    handles = facts["handles"]
     assert not [line for line in lines if handles["silenced"] in line]  # ERROR set in the driver before register
     assert [line for line in lines if line.startswith(f"INFO dynsource.report: Dynamic filtering with handle "
                                                       f"{handles['info']} on ") and "original partition number is 3, "
@@ -89,3 +120,41 @@ def test_the_log_level_option_is_validated():
     assert ScanOptions.parse({"path": "/t", "logLevel": "info"}).log_level == "INFO"
     with pytest.raises(ValueError, match=r"Option 'logLevel' 'verbose' is not a log level; expected one of"):
         ScanOptions.parse({"path": "/t", "logLevel": "verbose"})
+
+
+def test_every_scan_logs_a_line_and_a_table_read_whole_warns_once_per_worker(session):
+    facts, lines = session
+    assert [line for line in lines if line.startswith(f"INFO dynsource.report: Scan of {facts['root']}: original "
+                                                      "partition number is 3, remaining partition number is 2 ") and
+            re.search(r"; planning [\d.]+ ms; pruned by partitionFilter 'k >= 2'$", line)]
+    warnings = [line for line in lines if line.startswith(
+        "WARNING dynsource.scan: dynsource: the scan of table default.sales read all 4 partitions. Spark does not "
+        "pass a query's WHERE to a Python data source, so WHERE k ... does not prune. To prune, give the "
+        "partitionFilter option (SELECT ... FROM default.sales WITH ('partitionFilter' = 'k = ...')), or run the "
+        "query with dynsource.sql(spark, query), which turns WHERE predicates on partition columns into "
+        "partitionFilter.")]
+    assert len(warnings) == 1  # three actions planned in one worker
+    assert len([line for line in lines if f"the scan of {facts['big']} read all 4 partitions" in line]) == 1
+    assert facts["where"] == [4, 4, "none"]
+
+
+def tracebacks(lines: list[str]) -> list[tuple[list[str], str]]:
+    """Each traceback printed in ``lines``: the files of its frames, and its last line (the exception)."""
+    found = []
+    for start, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last):"):
+            body = list(itertools.takewhile(lambda text: text.startswith(" "), lines[start + 1:]))
+            frames = [match.group(1) for text in body if (match := re.match(r'\s+File "([^"]+)"', text))]
+            end = start + 1 + len(body)
+            found.append((frames, lines[end] if end < len(lines) else ""))
+    return found
+
+
+def test_reads_stopped_early_print_no_traceback_of_dynsource(session):
+    """show(), first() and a LIMIT stop read tasks mid-write. pyspark 4.1 and later then print its daemon's failed
+    flush to the closed socket (its killWorkerOnFlushFailure), for any Python UDF as well; nothing else may show."""
+    _, lines = session
+    daemon_reraises = "KILL_WORKER_ON_FLUSH_FAILURE" in inspect.getsource(pyspark.daemon)
+    for frames, error in tracebacks(lines):
+        assert daemon_reraises and error.startswith(("BrokenPipeError", "ConnectionResetError")), "\n".join(lines)
+        assert frames and all(frame.endswith("pyspark/daemon.py") for frame in frames), "\n".join(lines)
