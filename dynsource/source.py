@@ -38,7 +38,10 @@ class DynsourceDataSource(DataSource):
     (Spark's filter pushdown to Python sources reuses a read planned for one
     query in later queries of the same DataFrame, so dynsource does not take
     part in it). To prune statically, give ``partitionFilter``: it belongs to the
-    DataFrame, so every query of it reads the same partitions.
+    DataFrame, so every query of it reads the same partitions. A partitioned
+    table read whole, without either filter, logs a WARNING saying so (once per
+    table in each Python worker). Every scan's report, with a handle or not, is
+    ``dynsource.scan_report(df)`` after an action on ``df``.
 
     Options
     -------
@@ -124,8 +127,9 @@ class DynsourceDataSource(DataSource):
     logLevel : str, default the driver's ``dynsource`` logger level, else ``$DYNSOURCE_LOG_LEVEL``, else "WARNING"
         Level of dynsource's log lines in Spark's Python workers, which do not
         share the driver's logging setup: ``DEBUG``, ``INFO`` (one line per
-        planned scan: partitions kept of the total, files, bytes), ``WARNING``
-        (a filter that cannot be used), ``ERROR`` or ``CRITICAL``. The driver's
+        planned scan: partitions kept of the total, files, bytes, planning time,
+        the filters that pruned), ``WARNING`` (a filter that cannot be used, a
+        partitioned table read whole), ``ERROR`` or ``CRITICAL``. The driver's
         level is the one set on ``logging.getLogger("dynsource")`` before
         ``dynsource.register(spark)``. Lines go to the worker's stderr: the
         console in local mode, the executor's stderr log on a cluster.
