@@ -7,11 +7,20 @@ text through ``spark.sql(text, **dataframes)``: classic PySpark drops the
 temporary views it makes for that call as soon as the query is analysed, and
 Spark Connect sends the DataFrames' plans with the query, so no temporary view
 is left in the session either way.
+
+On Spark Connect, a local checkpoint lives on the server only while the
+client's DataFrame of it does: PySpark removes it when that object is garbage
+collected. ``spark.sql`` returns a DataFrame that names the checkpoint by id
+but holds no reference to it, so :meth:`Frames.sql` ties the DataFrames it
+passed to the returned plan: the checkpoints live as long as the result or any
+DataFrame derived from it. A DataFrame built from the text of a further
+``spark.sql(..., x=result)`` call holds only ids again, so keep ``result``
+while using it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -55,4 +64,13 @@ class Frames:
                 position = token.end + 1
         if not used:
             return spark.sql(text, args, **kwargs)
-        return spark.sql("".join([*pieces, escaped(text[position:])]), args, **kwargs, **used)
+        result = spark.sql("".join([*pieces, escaped(text[position:])]), args, **kwargs, **used)
+        _hold(result, used.values())
+        return result
+
+
+def _hold(result: DataFrame, frames: Iterable[DataFrame]) -> None:
+    """Keep ``frames`` alive while ``result``'s plan is (Spark Connect: a checkpoint dies with its DataFrame)."""
+    plan = getattr(result, "_plan", None)  # a Spark Connect DataFrame's plan; classic ones keep theirs in the JVM
+    if plan is not None:
+        plan.__dict__.setdefault("_dynsource_frames", []).extend(frames)
