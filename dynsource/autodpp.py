@@ -4,8 +4,8 @@
 For each fact scan this module runs the dimension query through the collector,
 keeps the filter when Spark's benefit check passes (the keys keep at most
 ``fallback_filter_ratio`` of the fact's top-level partitions), publishes it, and
-puts in the fact reference's place a temporary view that reads the table through
-its own source with the filter's handle and only the columns the query uses.
+puts in the fact reference's place a DataFrame that reads the table through its
+own source with the filter's handle and only the columns the query uses.
 The rewritten query then runs in Spark as usual.
 
 Names are resolved as Spark resolves them (:mod:`dynsource.names`). The rows a
@@ -21,7 +21,7 @@ filter worth applying (:mod:`dynsource.filtering.conjunction`: the product of
 exact key sets, within the collector's limits); one that does not combine (a
 Bloom filter, too many keys) is left out, those on the first partition column
 kept first, and the report says so.
-The query's own predicates on the fact's partition columns go to the same view
+The query's own predicates on the fact's partition columns go to the same scan
 as its ``partitionFilter``, so they prune directories too.
 """
 
