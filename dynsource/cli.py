@@ -85,6 +85,9 @@ def _add_table_commands(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--path", required=True, help="the table directory (fsspec URL or local path)")
     create.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a reader option stored with the table, e.g. format=orc (repeatable)")
+    create.add_argument("--schema", metavar="DDL",
+                        help="the table's schema, partition columns included, e.g. 'v INT, day STRING' "
+                             "(default: the first data file's columns, then the partition columns)")
     create.add_argument("--replace", action="store_true", help="replace an existing table of that name")
     actions.add_parser("list", help="list the registered tables: name, in the catalog or not, path")
     drop = actions.add_parser("drop", help="drop table NAME and delete its definition")
@@ -164,7 +167,7 @@ def _create_table(spark: SparkSession, args: argparse.Namespace) -> None:
     if not args.replace and catalog.in_catalog(spark, table):
         raise ValueError(f"table {table} already exists; pass --replace to replace it")
     catalog.register_table(spark, args.name, args.path, definitions=args.definitions, replace=args.replace,
-                           **_pairs(args.option, "--option"))
+                           schema=args.schema, **_pairs(args.option, "--option"))
     print(f"created table {table}")
 
 

@@ -157,3 +157,21 @@ def test_table_create_of_an_existing_name_says_to_pass_replace(spark, tmp_path, 
         assert capsys.readouterr().out.splitlines() == ["created table default.cli_existing"] * 2
     finally:
         dynsource.drop_table(spark, "cli_existing", definitions=str(tmp_path / "defs"))
+
+
+def test_table_create_takes_a_declared_schema(spark, tmp_path, capsys):
+    pq.write_to_dataset(pa.table({"v": [1, 2], "k": [1, 2]}), tmp_path / "t", partition_cols=["k"])
+    create = ["table", "create", "cli_declared", "--path", str(tmp_path / "t"), "--definitions",
+              str(tmp_path / "defs")]
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*create, "--schema", "v BIGINT, nope INT, k STRING"])
+        assert exited.value.code.startswith("dynsource table create: ") and "'nope'" in exited.value.code
+        assert "\n" not in exited.value.code
+        cli.main([*create, "--schema", "v BIGINT, k STRING"])
+        assert capsys.readouterr().out.splitlines() == ["created table default.cli_declared"]
+        table = spark.table("cli_declared")
+        assert [(f.name, f.dataType.simpleString()) for f in table.schema] == [("v", "bigint"), ("k", "string")]
+        assert sorted(table.collect()) == [(1, "1"), (2, "2")]
+    finally:
+        dynsource.drop_table(spark, "cli_declared", definitions=str(tmp_path / "defs"))
