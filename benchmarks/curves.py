@@ -70,7 +70,7 @@ def time_planning(url: str, handle: str | None, filter_store: str) -> tuple[floa
 
     from dynsource import report
     from dynsource.options import ScanOptions
-    from dynsource.scan import plan_scan
+    from dynsource.scanplanner import plan_scan
 
     options = {"path": url, "filterStore": filter_store, **({"dynamicFilter": handle} if handle else {})}
     schema = StructType([StructField("v", IntegerType()), StructField("k", IntegerType())])

@@ -98,8 +98,12 @@ class Bench:
         spark.read.parquet(self.fact).createOrReplaceTempView("store_sales_native_warm")
         # For the dynsource.sql mode: the fact as a registered table (its schema inferred here, untimed).
         self.table = f"store_sales_bench_{os.getpid()}"
-        dynsource.register_table(spark, self.table, path=self.fact, definitions=tempfile.mkdtemp(prefix="bench-defs-"),
-                                 replace=True, **self.reader_options)
+        # The same table read by dynsource's Python reader: reader 'auto' picks Spark's file reader here.
+        self.table_python = f"{self.table}_python"
+        definitions = tempfile.mkdtemp(prefix="bench-defs-")
+        for table, reader in ((self.table, "auto"), (self.table_python, "python")):
+            dynsource.register_table(spark, table, path=self.fact, definitions=definitions, replace=True,
+                                     **{"reader": reader, **self.reader_options})
         self.keys: dict[str, list[int]] = {}
         self.static_handles: dict[str, str] = {}
         self.worker_warmups_s: list[float] = []
@@ -180,13 +184,21 @@ def dynsource_dpp(bench: Bench, query: Query) -> Measurement:
     return _dynsource_measurement(bench, started, handle, result, phases)
 
 
-def dynsource_sql(bench: Bench, query: Query) -> Measurement:
+def _dynsource_sql(python_reader: bool) -> Callable[[Bench, Query], Measurement]:
+    def run(bench: Bench, query: Query) -> Measurement:
+        return dynsource_sql(bench, query, bench.table_python if python_reader else bench.table)
+
+    run.__doc__ = f"dynsource.sql, the kept files read by {'dynsource' if python_reader else 'Spark'}'s reader"
+    return run
+
+
+def dynsource_sql(bench: Bench, query: Query, table: str) -> Measurement:
     """The plain query through ``dynsource.sql``: it finds the join, collects, prunes and reads only used columns."""
     import dynsource
 
     bench.spark.conf.set(DPP_CONF, "true")
     started = time.perf_counter()
-    df = dynsource.sql(bench.spark, query.sql(bench.table))
+    df = dynsource.sql(bench.spark, query.sql(table))
     planned = time.perf_counter()
     result = _row(df)
     seconds = time.perf_counter() - started
@@ -301,7 +313,8 @@ def _scan_root(scan) -> str:
 
 MODES: dict[str, Callable[[Bench, Query], Measurement]] = {
     "dynsource DPP": dynsource_dpp,
-    "dynsource.sql": dynsource_sql,
+    "dynsource.sql": _dynsource_sql(python_reader=False),
+    "dynsource.sql python reader": _dynsource_sql(python_reader=True),
     "dynsource static keys": dynsource_static,
     "dynsource partitionFilter": dynsource_partition_filter,
     "dynsource no filter": dynsource_full,
@@ -421,6 +434,9 @@ def _ratios(modes: dict, matching_bytes: int) -> dict:
         "dpp_over_native_dpp_warm": time_ratio("dynsource DPP", "native DPP warm"),
         "static_over_native_dpp_warm": time_ratio("dynsource static keys", "native DPP warm"),
         "sql_over_dpp": time_ratio("dynsource.sql", "dynsource DPP"),
+        "sql_over_native_dpp_warm": time_ratio("dynsource.sql", "native DPP warm"),
+        "sql_over_native_dpp_cold": time_ratio("dynsource.sql", "native DPP cold"),
+        "sql_python_reader_over_native_dpp_warm": time_ratio("dynsource.sql python reader", "native DPP warm"),
     }
 
 
@@ -452,12 +468,12 @@ def print_table(report: dict, out=sys.stdout) -> None:
         matching = query["matching"]
         print(f"\n{name}: {query['description']}: {query['keys']} keys, matching partitions hold "
               f"{matching['files']} files, {matching['bytes']:,} bytes", file=out)
-        header = f"{'mode':<22} {'median s':>9} {'min-max s':>13} {'partitions':>10} {'files':>6} {'MB read':>9}"
+        header = f"{'mode':<28} {'median s':>9} {'min-max s':>13} {'partitions':>10} {'files':>6} {'MB read':>9}"
         print(f"  {header}  result", file=out)
         for mode, m in query["modes"].items():
             spread = f"{m['min_s']:.2f}-{m['max_s']:.2f}"
             megabytes = f"{m['bytes'] / 1e6:.2f}" if m["bytes"] is not None else "?"
-            print(f"  {mode:<22} {m['median_s']:>9.2f} {spread:>13} {m['partitions']!s:>10} {m['files']!s:>6} "
+            print(f"  {mode:<28} {m['median_s']:>9.2f} {spread:>13} {m['partitions']!s:>10} {m['files']!s:>6} "
                   f"{megabytes:>9}  {m['result']}", file=out)
         print("  ratios: " + ", ".join(f"{k}={v}" for k, v in query["ratios"].items() if v is not None), file=out)
 

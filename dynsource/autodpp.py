@@ -46,7 +46,7 @@ from dynsource.frames import Frames
 from dynsource.levels import Level
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
-from dynsource.scan import plan_scan
+from dynsource.scanplanner import plan_scan
 from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,8 @@ class Plan:
     frames: Frames = field(default_factory=Frames)  # the DataFrames the query's text names by placeholders
     assignments: list[Assignment] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
-    # Each pruned scan and the reader options that prune it (dynamicFilter, partitionFilter).
-    pruned: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
+    # Every scan of a dynsource table, with the reader options that prune it (dynamicFilter, partitionFilter) if any.
+    reads: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
     pinned: list[pins.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
     snapshots: dict[tuple[int, int], str] = field(default_factory=dict)  # a source's text span -> its snapshot
 
@@ -75,13 +75,13 @@ class Plan:
         return QueryReport(tuple(self.assignments), tuple(self.notes), self.store)
 
     def run(self, spark: SparkSession) -> DataFrame:
-        """The rewritten query: each pruned fact scan read with its filter, each pinned dimension from its snapshot.
+        """The rewritten query: each fact scan read with its filters, each pinned dimension from its snapshot.
 
-        A fact scan reads the table through its own source (the alias the query's
+        A fact scan reads the table by the reader its option ``reader`` chooses (the alias the query's
         columns use kept); text inside a replaced dimension source stays as written.
         """
         edits = [(pin.start, pin.end, pin.reference) for pin in self.pinned]
-        for scan, options in self.pruned:
+        for scan, options in self.reads:
             name = self.frames.add("fact", catalog.read_table(spark, scan.table, options, scan.columns))
             edits.append((scan.start, scan.end, name + ("" if scan.written_alias else f" AS {scan.alias}")))
         pieces, position = [], 0
@@ -93,8 +93,8 @@ class Plan:
         return self.frames.sql(spark, "".join([*pieces, self.query[position:]]))
 
     def plan_scans(self, spark: SparkSession) -> None:
-        """Plan each pruned scan here, as Spark would before running the query, so that the report has its figures."""
-        for scan, options in self.pruned:
+        """Plan each scan here, as Spark would before running the query, so that the report has its figures."""
+        for scan, options in self.reads:
             definition = catalog.load_definition(spark, scan.table)
             schema = definition.schema
             if scan.columns is not None:
@@ -134,8 +134,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         if assignment.handle is not None:
             options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
                         **({"filterStoreOptions": result.store.options.to_json()} if result.store.options else {})}
+        result.reads.append((scan, options))
         if options:
-            result.pruned.append((scan, options))
             assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
         if prunings or static is not None:
             result.assignments.append(assignment)

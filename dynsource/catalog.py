@@ -30,11 +30,11 @@ import fsspec
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import figures, logs, schemas, store
+from dynsource import figures, logs, schemas, sparkreader, store
 from dynsource.metastore import in_catalog
 from dynsource.options import OPTION_NAMES, ScanOptions
-from dynsource.scan import check_declared_schema
 from dynsource.source import DynsourceDataSource
+from dynsource.tableschema import check_declared_schema
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,8 @@ def register_table(
     exists = in_catalog(spark, table)
     if exists and not replace:
         raise ValueError(f"Table '{table}' already exists; pass replace=True to replace it.")
-    if schema is None:  # inferred in the driver, as the reader would in a Python worker, without starting one
-        schema = reader.schema()
+    if schema is None:  # inferred in the driver as a Python worker would, leaving the driver's logging as it is
+        schema = reader.table_schema()
     else:
         schema = schemas.declared_schema(spark, schema)
         check_declared_schema(schema, reader.scan_options)
@@ -277,7 +277,9 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
 def read_table(
     spark: SparkSession, name: str, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
 ) -> DataFrame:
-    """Registered table ``name`` read through its own source, with ``options`` over the stored ones.
+    """Registered table ``name`` read with ``options`` over the stored ones, by the reader option ``reader``
+    chooses: Spark's file source handed the files dynsource plans now (:mod:`dynsource.sparkreader`), or the
+    table's own Python source, which plans at each action.
 
     With ``columns``, only those are read (Spark does not prune a Python source's
     columns; the source reads the columns of the schema it is given).
@@ -292,11 +294,9 @@ def read_table(
         ``name`` is not a registered dynsource table (no definition).
     """
     definition = load_definition(spark, name)
-    schema = definition.schema
-    if columns is not None:
-        schema = StructType([field for field in schema.fields if field.name in set(columns)])
-    reader = spark.read.format(SOURCE_PREFIX + definition.table).schema(schema)
-    return reader.options(**dict(options or {})).load()
+    options = dict(options or {})
+    return sparkreader.read_by_choice(spark, SOURCE_PREFIX + definition.table, options,
+                                      definition.scan_options.with_options(options), definition.schema, columns)
 
 
 def read_definition(table: str, location: str) -> TableDefinition:

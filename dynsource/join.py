@@ -14,11 +14,13 @@ import time
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
 
-from dynsource import benefit, catalog, collector, report
+from dynsource import benefit, catalog, collector, report, sparkreader
 from dynsource import store as filter_store
 from dynsource.benefit import DEFAULT_FALLBACK_FILTER_RATIO
 from dynsource.options import ScanOptions
+from dynsource.source import DynsourceDataSource
 from dynsource.storage import FilterStore
 
 _JOIN_TYPES = {
@@ -93,10 +95,12 @@ def dynamic_join(
     base_options = dict(options or {})
     if _is_path(fact):
         fact_options = ScanOptions.parse({**base_options, "path": fact})
+        fact_schema = DynsourceDataSource({**base_options, "path": fact}).table_schema()
     else:
-        fact_options = catalog.load_definition(spark, fact).scan_options.with_options(base_options)
-    fact_df = _read(spark, fact, base_options)
-    _check_fact_columns(fact, fact_df, dims)
+        definition = catalog.load_definition(spark, fact)
+        fact_options, fact_schema = definition.scan_options.with_options(base_options), definition.schema
+    _check_fact_columns(fact, fact_schema.names, dims)
+    read_options = base_options
     if join_type in _PRUNING:  # the join reads the very rows whose keys were collected, and each dimension runs once
         dims = [(d.localCheckpoint(), pairs) for d, pairs in dims]
     store, applied, notes = None, None, []
@@ -106,13 +110,13 @@ def dynamic_join(
         # Named explicitly: Spark's Python workers keep the environment the session started with, so a
         # $DYNSOURCE_FILTER_STORE set since then would send the planner to another store.
         store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
-        types = {f.name: f.dataType.simpleString() for f in fact_df.schema.fields}
+        types = {f.name: f.dataType.simpleString() for f in fact_schema.fields}
         applied, notes = _worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
                                          collect_options)
         if applied is not None:
-            filtered = {**base_options, "dynamicFilter": applied.handle, "filterStore": store.url,
-                        **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
-            fact_df = _read(spark, fact, filtered, schema=fact_df.schema)
+            read_options = {**base_options, "dynamicFilter": applied.handle, "filterStore": store.url,
+                            **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
+    fact_df = _read(spark, fact, read_options, fact_schema)
     joined = fact_df
     for d, pairs in dims:
         joined = joined.join(d, functools.reduce(lambda a, b: a & b, [fact_df[f] == d[c] for f, c in pairs]),
@@ -148,12 +152,12 @@ def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
     return normalized
 
 
-def _check_fact_columns(fact: str, fact_df: DataFrame, dims) -> None:
-    known = {name.lower() for name in fact_df.columns}
+def _check_fact_columns(fact: str, columns: list[str], dims) -> None:
+    known = {name.lower() for name in columns}
     missing = [f for _, pairs in dims for f, _ in pairs if f.lower() not in known]
     if missing:
         raise ValueError(f"dynamic_join(): fact column(s) {missing} of 'on' are not columns of the fact table "
-                         f"'{fact}': {fact_df.columns}.")
+                         f"'{fact}': {columns}.")
 
 
 def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
@@ -180,13 +184,12 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
                               collection_ms), notes + choice.left_out)
 
 
-def _read(spark, fact: str, options: Mapping[str, str], schema=None) -> DataFrame:
+def _read(spark, fact: str, options: Mapping[str, str], schema: StructType) -> DataFrame:
+    """The fact side, read by the reader its option ``reader`` chooses (see :mod:`dynsource.sparkreader`)."""
     if not _is_path(fact):
         return catalog.read_table(spark, fact, options)
-    reader = spark.read.format("dynsource").options(**options)
-    if schema is not None:
-        reader = reader.schema(schema)
-    return reader.option("path", fact).load()
+    options = {**options, "path": fact}
+    return sparkreader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema)
 
 
 def _is_path(fact: str) -> bool:

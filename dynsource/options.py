@@ -22,6 +22,7 @@ from dynsource.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
 from dynsource.storage import FilterStore, StorageOptions
 
 FORMATS = ("parquet", "orc", "csv", "json")
+READERS = ("auto", "spark", "python")  # who reads a registered table's kept files in dynsource.sql, dynamic_join
 ON_ERROR = ("fallback", "fail")
 DEFAULT_BATCH_SIZE = 65536
 # openLooKeng's hive.dynamic-filtering-row-filtering-threshold default.
@@ -61,6 +62,7 @@ class ScanOptions:
     storage_options: StorageOptions = storage.NO_OPTIONS
     filter_store_options: StorageOptions | None = None
     log_level: str | None = None
+    reader: str = "auto"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -215,6 +217,7 @@ _PARSERS = {
     "storageOptions": StorageOptions.parse,
     "filterStoreOptions": StorageOptions.parse,
     "logLevel": lambda name, value: logs.parse_level(f"Option '{name}'", value),
+    "reader": _choice(READERS),
 }
 # The ScanOptions attribute of each option whose name is not one already (path, format).
 _FIELDS = {

@@ -1,12 +1,11 @@
 """Scan reports: what a scan kept, pruned and why (EXPLAIN for dynamic filtering and ``partitionFilter``).
 
-The scan is planned in a Python worker on the driver's host, so the report is
-written to the filter store, one file per scan under its table (``reports/tables/<digest>/<planned at>-<scan
-id>.json``) and its handle if any (``reports/<handle>/...``), the newest ``MAX_SCANS_KEPT`` of each, and read back
-in the driver: by handle, or from a DataFrame's plan (:mod:`dynsource.scanned`). Row groups and rows are counted
-later, by the ``read()`` tasks in executors, which send them through a Spark accumulator
-(:mod:`dynsource.figures`); :func:`scan_report` adds up the figures of the tasks
-of the scan it shows, or says why there are none to add up.
+A scan may be planned in a Python worker on the driver's host, so its report is written to the filter store,
+one file per scan under its table (``reports/tables/<digest>/<planned at>-<scan id>.json``) and its handle if
+any (``reports/<handle>/...``), the newest ``MAX_SCANS_KEPT`` of each, and read back in the driver: by handle,
+or from a DataFrame's plan (:mod:`dynsource.scanned`). The Python reader's ``read()`` tasks count row groups and
+rows later, in executors, and send them through a Spark accumulator (:mod:`dynsource.figures`);
+:func:`scan_report` adds up the figures of the tasks of the scan it shows, or says why there are none.
 """
 
 from __future__ import annotations
@@ -49,15 +48,14 @@ class ScanReport:
     with a handle or not. :meth:`pruned_by` says which filters pruned (``partition_filter``, the handle's).
 
     ``planning_ms`` includes ``wait_ms``, the time spent waiting for a late filter.
-    ``partitions_kept`` counts the leaf partitions read; ``partitions_total`` the
-    table's leaf partitions, when the walk knows them: when directories were
-    pruned above the leaf level (``pruned_by_column``, directories pruned at each
-    partition column's level), nothing below them was listed, so it is None.
+    ``partitions_kept`` counts the leaf partitions read; ``partitions_total`` the table's, when the walk
+    knows them: when directories were pruned above the leaf level (``pruned_by_column``, directories pruned
+    at each partition column's level), nothing below them was listed, so it is None. ``read_by`` says which
+    reader read the kept files: ``python`` (dynsource's, packed into ``input_partitions``) or ``spark``.
 
-    ``data_columns`` are the filter fields that are data columns. For those, the
-    read tasks skip Parquet row groups (``row_groups_total`` of the kept files,
-    ``row_groups_skipped``) and, when ``row_filtering`` was planned (the filter
-    has at most ``rowFilterMaxKeys`` keys and fits ``taskFilterMaxBytes``),
+    ``data_columns`` are the filter fields that are data columns. For those, the Python reader's tasks
+    skip Parquet row groups (``row_groups_total`` of the kept files, ``row_groups_skipped``) and, when
+    ``row_filtering`` was planned (at most ``rowFilterMaxKeys`` keys, within ``taskFilterMaxBytes``),
     filter rows (``rows_read``, ``rows_filtered``; ``row_filtering_tasks`` of
     them did to the end). These task figures are sums over the
     ``tasks_reported`` tasks that have run (0 before the first action, or
@@ -104,6 +102,7 @@ class ScanReport:
     partition_filter: str | None = None
     options_digest: str | None = None
     payload_exceeded: bool = False  # the collector stopped past its threshold: the payload holds no key
+    read_by: str = "python"  # the reader of the kept files: dynsource's Python reader, or Spark's file reader
 
     def __str__(self) -> str:
         if self.partitions_kept is None:  # a dynamic_join that planned no scan with a filter
@@ -123,8 +122,9 @@ class ScanReport:
         if self.handle is None or self.partition_filter:
             head.append(f"pruned by: {self.pruned_by()}")
         lines = [*head, f"partitions: {self._partitions()}",
-                 f"files: {self.files_kept:,} ({self.bytes_kept:,} bytes) in {self.input_partitions:,} input "
-                 f"partition(s)",
+                 f"files: {self.files_kept:,} ({self.bytes_kept:,} bytes) " + (
+                     f"in {self.input_partitions:,} input partition(s)" if self.input_partitions is not None
+                     else "read by Spark's file reader"),
                  f"listings: {self.listings:,}; planning: {self.planning_ms:,} ms"
                  + (f", of which waiting for the filter: {self.wait_ms:,} ms" if self.wait_ms else "")]
         if self.data_columns:
@@ -165,6 +165,8 @@ class ScanReport:
 
     def _read_tasks(self) -> str:
         by = f"by data column(s) {list(self.data_columns)}"
+        if self.read_by == "spark":
+            return f"row groups and rows ({by}): a predicate pushed to Spark's file reader, which counts them itself"
         if self.task_figures_unavailable is not None:
             return f"row groups and rows ({by}): not counted: {self.task_figures_unavailable}"
         if not self.tasks_reported:

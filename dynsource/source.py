@@ -11,7 +11,8 @@ from pyspark.sql.types import StructType
 
 from dynsource import figures, files, logs, planner, rowfilter, scanned
 from dynsource.options import ScanOptions
-from dynsource.scan import plan_scan, table_schema, table_walk
+from dynsource.scanplanner import plan_scan
+from dynsource.tableschema import table_schema, table_walk
 from dynsource.types import read_arrow_schema
 
 
@@ -133,6 +134,16 @@ class DynsourceDataSource(DataSource):
         level is the one set on ``logging.getLogger("dynsource")`` before
         ``dynsource.register(spark)``. Lines go to the worker's stderr: the
         console in local mode, the executor's stderr log on a cluster.
+    reader : str, default "auto"
+        Who reads a registered table's kept files when ``dynsource.sql`` or
+        ``dynamic_join`` reads it (``spark.read.format("dynsource")`` is always
+        this Python reader): ``spark``, Spark's own file source, handed the
+        files dynsource planned (much faster per byte, with column pruning);
+        ``python``, this reader; ``auto``, Spark's for Parquet and ORC where
+        Spark's Hadoop filesystem opens the table (``file:``, ``hdfs:``, ``s3a:``
+        with its jars) in a classic session, else this one (``memory://``,
+        ``s3://`` through fsspec, Spark Connect). ``spark`` where Spark cannot
+        open the table is an error.
 
     Examples
     --------
@@ -189,6 +200,10 @@ class DynsourceDataSource(DataSource):
 
     def schema(self) -> StructType:
         logs.configure_worker(self.log_level)
+        return self.table_schema()
+
+    def table_schema(self) -> StructType:
+        """The schema :meth:`schema` gives Spark, worked out without setting up a worker's logging."""
         fs, walk = table_walk(self.scan_options)
         listing = walk.enumerate()
         return table_schema(listing, fs, self.scan_options)

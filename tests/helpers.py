@@ -55,3 +55,14 @@ def pushdown_set(spark, value: str):
             spark.conf.unset(PUSHDOWN_CONF)
         else:
             spark.conf.set(PUSHDOWN_CONF, previous)
+
+
+def read_by_spark(spark, path, **options):
+    """The table at ``path`` planned by dynsource and read by Spark's file reader (reader 'spark')."""
+    from dynsource import sparkreader
+    from dynsource.options import ScanOptions
+    from dynsource.source import DynsourceDataSource
+
+    options = {"path": str(path), **options, "reader": "spark"}
+    schema = DynsourceDataSource(options).table_schema()
+    return sparkreader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema)

@@ -70,17 +70,21 @@ def star(spark, star_root):
             for file in (root / "store_sales_pruned" / f"ss_sold_date_sk={day}").iterdir():
                 file.write_bytes(b"not parquet: a pruned partition must never be opened")
     definitions = str(root / "definitions")
-    dynsource.register_table(spark, "store_sales", path=str(root / "store_sales_pruned"), definitions=definitions,
-                             replace=True)
-    dynsource.register_table(spark, "store_sales_all", path=str(root / "store_sales"), definitions=definitions,
-                             replace=True)
+    for table, path in (("store_sales", "store_sales_pruned"), ("store_sales_all", "store_sales")):
+        for suffix, reader in (("", "auto"), ("_python", "python")):  # Spark's file reader, and dynsource's
+            dynsource.register_table(spark, table + suffix, path=str(root / path), definitions=definitions,
+                                     replace=True, reader=reader)
     yield spark
-    for table in ("store_sales", "store_sales_all"):
+    for table in ("store_sales", "store_sales_all", "store_sales_python", "store_sales_all_python"):
         dynsource.drop_table(spark, table, definitions=definitions)
 
 
 def run(spark, query: str, fact: str = "store_sales") -> tuple[list, QueryReport]:
+    """The rows and report of ``query`` on ``fact`` read by Spark's file reader, checked against spark.sql and
+    against the same query with the fact read by dynsource's Python reader."""
     expected = sorted(spark.sql(query.format(fact="store_sales_native")).collect(), key=repr)
+    by_python = dynsource.sql(spark, query.format(fact=fact + "_python"))
+    assert sorted(by_python.collect(), key=repr) == expected
     df = dynsource.sql(spark, query.format(fact=fact))
     rows = sorted(df.collect(), key=repr)
     assert rows == expected
@@ -218,10 +222,13 @@ def test_a_query_sqlglot_cannot_read_runs_as_spark_sql(star):
 
 
 def test_the_report_before_and_after_an_action(star):
-    df = dynsource.sql(star, PRUNED["cte"].format(fact="store_sales"))
+    df = dynsource.sql(star, PRUNED["cte"].format(fact="store_sales_python"))  # planned at each action
     assert "run an action on the DataFrame first" in str(dynsource.scan_report(df))
     df.collect()
+    assert f"partitions: 20 of {DAYS} kept" in str(dynsource.scan_report(df))
+    df = dynsource.sql(star, PRUNED["cte"].format(fact="store_sales"))  # Spark's reader: planned by sql()
     text = str(dynsource.scan_report(df))
+    assert "read by Spark's file reader" in text
     assert "default.store_sales (store_sales.ss_sold_date_sk) <- days (days.d_date_sk): exact, 20 keys" in text
     assert f"partitions: 20 of {DAYS} kept" in text
     assert "reads columns ['ss_sales_price', 'ss_sold_date_sk']" in text

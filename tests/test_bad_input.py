@@ -30,7 +30,7 @@ from dynsource import collector, files, store
 from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
-from dynsource.scan import plan_scan
+from dynsource.scanplanner import plan_scan
 from tests.helpers import read, rows
 
 # --- tables -----------------------------------------------------------------------------------------

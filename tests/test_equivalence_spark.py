@@ -20,7 +20,7 @@ from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
 import dynsource
 from tests.generated_tables import DATA_COLUMN, Case, cases, write_table
-from tests.helpers import plain_fact, read, rows, same_types
+from tests.helpers import plain_fact, read, read_by_spark, rows, same_types
 
 SPARK_CASES = 12  # about 4 s of Spark each on two idle cores: 12 keep the test near 45 s
 _KINDS = {"exact": ("exact",), "bloom": ("bloom",), "range": ("range",), "exceeded": ()}
@@ -64,14 +64,19 @@ def check_case(spark, root: str, case: Case, stats: Counter) -> None:
         options["partitionColumns"] = ", ".join(f"`{name}` {t}" for name, t in case.table.declared.items())
     expected_df = joined(plain_fact(spark, root, case.table), dim, case)
     actual_df = joined(read(spark, root, **options), dim, case)
+    by_spark_df = joined(read_by_spark(spark, root, **options), dim, case)  # planned by dynsource, read by Spark
     assert same_types(actual_df.schema, expected_df.schema), (actual_df.schema, expected_df.schema)
-    # Both joins in one Spark job: each case costs a few seconds of Spark, mostly fixed costs per job.
-    both = actual_df.withColumn("_side", F.lit("dynsource")).union(expected_df.withColumn("_side", F.lit("parquet")))
-    sides = {"dynsource": [], "parquet": []}
-    for row in rows(both):
-        sides[row["_side"]].append(row[:-1])
-    expected, actual = sides["parquet"], sides["dynsource"]
+    assert by_spark_df.schema == actual_df.schema
+    # The joins in one Spark job: each case costs a few seconds of Spark, mostly fixed costs per job.
+    sides = {"dynsource": actual_df, "spark reader": by_spark_df, "parquet": expected_df}
+    every = functools.reduce(lambda a, b: a.union(b),
+                             [df.withColumn("_side", F.lit(side)) for side, df in sides.items()])
+    found = {side: [] for side in sides}
+    for row in rows(every):
+        found[row["_side"]].append(row[:-1])
+    expected, actual = found["parquet"], found["dynsource"]
     assert actual == expected
+    assert found["spark reader"] == expected
     # Reuse: the same joined DataFrame, queried again, reads the same partitions.
     assert actual_df.count() == len(expected)
     check_two_references(spark, root, case, dim, handle, stats)

@@ -87,7 +87,7 @@ def test_workers_log_at_the_driver_level_or_the_log_level_option(session):
     assert [line for line in lines if line.startswith(f"INFO dynsource.report: Dynamic filtering with handle "
                                                       f"{handles['info']} on ") and "original partition number is 3, "
                                                       "remaining partition number is 1" in line]
-    assert [line for line in lines if line.startswith("WARNING dynsource.scan: dynsource: dynamic filter "
+    assert [line for line in lines if line.startswith("WARNING dynsource.scanplanner: dynsource: dynamic filter "
                                                       f"'{handles['default']}' is not usable")]
 
 
@@ -128,8 +128,8 @@ def test_every_scan_logs_a_line_and_a_table_read_whole_warns_once_per_worker(ses
                                                       "partition number is 3, remaining partition number is 2 ") and
             re.search(r"; planning [\d.]+ ms; pruned by partitionFilter 'k >= 2'$", line)]
     warnings = [line for line in lines if line.startswith(
-        "WARNING dynsource.scan: dynsource: the scan of table default.sales read all 4 partitions. Spark does not "
-        "pass a query's WHERE to a Python data source, so WHERE k ... does not prune. To prune, give the "
+        "WARNING dynsource.scanplanner: dynsource: the scan of table default.sales read all 4 partitions. Spark "
+        "does not pass a query's WHERE to a Python data source, so WHERE k ... does not prune. To prune, give the "
         "partitionFilter option (SELECT ... FROM default.sales WITH ('partitionFilter' = 'k = ...')), or run the "
         "query with dynsource.sql(spark, query), which turns WHERE predicates on partition columns into "
         "partitionFilter.")]
@@ -158,3 +158,21 @@ def test_reads_stopped_early_print_no_traceback_of_dynsource(session):
     for frames, error in tracebacks(lines):
         assert daemon_reraises and error.startswith(("BrokenPipeError", "ConnectionResetError")), "\n".join(lines)
         assert frames and all(frame.endswith("pyspark/daemon.py") for frame in frames), "\n".join(lines)
+
+
+def test_register_table_leaves_the_driver_logging_as_it_is(spark, tmp_path, dynsource_logger):
+    """Working out the schema in the driver must not set the driver's logger up as a worker's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dynsource
+
+    pq.write_to_dataset(pa.table({"v": [1], "k": [1]}), str(tmp_path / "t"), partition_cols=["k"])
+    dynsource_logger.setLevel(logging.DEBUG)  # chosen after register ran: the source knows another level
+    handlers = list(dynsource_logger.handlers)
+    definitions = str(tmp_path / "definitions")
+    dynsource.register_table(spark, "logging_kept", path=str(tmp_path / "t"), definitions=definitions)
+    try:
+        assert (dynsource_logger.level, dynsource_logger.handlers) == (logging.DEBUG, handlers)
+    finally:
+        dynsource.drop_table(spark, "logging_kept", definitions=definitions)

@@ -149,8 +149,13 @@ def test_a_joined_dataframe_reports_after_its_first_action_and_joins_its_pinned_
     pq.write_to_dataset(pa.table({"v": list(range(10)), "k": [i % 5 for i in range(10)]}), tmp_path,
                         partition_cols=["k"])
     dim = spark.sql("SELECT CAST(id AS INT) AS dk FROM range(1, 3)")
-    joined = dynsource.dynamic_join(str(tmp_path), dim, {"k": "dk"}, fallback_filter_ratio=1.0)
+    joined = dynsource.dynamic_join(str(tmp_path), dim, {"k": "dk"}, fallback_filter_ratio=1.0,
+                                    options={"reader": "python"})  # dynsource's reader plans at each action
     with pytest.raises(LookupError, match=r"^No scan of this DataFrame yet: run an action on it first"):
         dynsource.scan_report(joined)
     assert joined.count() == 4 and not dim.is_cached  # pinned by a local checkpoint, not cached
     assert str(dynsource.scan_report(joined)).splitlines()[2] == "  partitions: 2 of 5 kept"
+    joined = dynsource.dynamic_join(str(tmp_path), dim, {"k": "dk"}, fallback_filter_ratio=1.0)
+    planned = str(dynsource.scan_report(joined)).splitlines()  # Spark's reader: planned by dynamic_join itself
+    assert planned[2] == "  partitions: 2 of 5 kept" and planned[3].endswith("read by Spark's file reader")
+    assert joined.count() == 4

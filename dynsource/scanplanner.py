@@ -1,0 +1,263 @@
+"""Planning a scan as a value: :class:`ScanPlanner` resolves the filter and walks the table once, and returns a
+frozen :class:`PlannedScan` that either reader consumes.
+
+The Python reader packs a plan's files into InputPartitions (:meth:`PlannedScan.input_partitions`) in
+``DataSourceReader.partitions``, in a Spark Python worker on the driver's host; Spark's own file reader is
+handed the plan's files by :mod:`dynsource.sparkreader`, in the driver. Either way :func:`record` writes the
+scan's report and its log lines from the plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from dynsource import figures, files, planner, report, rowfilter, store
+from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
+from dynsource.filtering import DynamicFilteringData
+from dynsource.options import ScanOptions
+from dynsource.rowfilter import RowFilterSpec
+from dynsource.scanned import Reader
+from dynsource.tableschema import read_column_types, table_walk
+from dynsource.types import normalize_type
+
+log = logging.getLogger(__name__)
+# What turns an exceeded filter (no key, prunes nothing) into one that prunes: the collector's own arguments.
+_EXCEEDED_FIX = "collect it with a larger max_rows or max_bytes, or with kinds that allow 'bloom' or 'range'"
+# The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
+_warned_whole: set[str] = set()
+
+
+@dataclass(frozen=True)
+class PlannedScan:
+    """What one scan reads and why: the kept partitions and files, the filter's outcome, the row filter, timings."""
+
+    options: ScanOptions
+    schema: StructType
+    scan_id: str
+    listing: Listing
+    read_columns: tuple[str, ...]  # the partition columns the read schema has
+    values: tuple[tuple[Any, ...], ...]  # each kept partition's typed values of read_columns
+    data: DynamicFilteringData | None  # the filter resolved (None: none asked for, or unusable)
+    applied: bool  # whether the walk pruned with ``data`` (it sets aside a filter it cannot compare)
+    reason: str | None  # why the dynamic filter was not used, when it was asked for and not used
+    row_filter: RowFilterSpec | None
+    rows_reason: str | None  # why the data-column fields filter no rows
+    wait_ms: float
+    started: float  # time.perf_counter() when planning began
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the scan was asked to filter dynamically."""
+        return bool(self.options.dynamic_filter and self.options.dynamic_filtering_enabled)
+
+    @property
+    def file_paths(self) -> list[str]:
+        return [f.path for p in self.listing.partitions for f in p.files]
+
+    def input_partitions(self) -> list[InputPartition]:
+        """The kept files packed for the Python reader, as Spark's ``FilePartition`` packs them."""
+        options = self.options
+        return planner.plan(
+            self.listing.partitions, self.values, self.read_columns, splittable=options.format == "parquet",
+            max_partition_bytes=options.max_partition_bytes, open_cost_in_bytes=options.open_cost_in_bytes,
+            min_partition_num=options.min_partition_num, row_filter=self.row_filter,
+        )
+
+
+class ScanPlanner:
+    """Plans one scan of a table read with ``schema``; what is worked out once is a cached property."""
+
+    def __init__(self, options: ScanOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    @functools.cached_property
+    def column_types(self) -> dict[str, str]:
+        """Spark SQL type of each read-schema column, ``partitionColumns`` declarations first."""
+        return read_column_types(self.options, self.schema)
+
+    @functools.cached_property
+    def walk(self) -> tuple[Any, PartitionEnumerator]:
+        return table_walk(self.options)
+
+    def resolve_filter(self) -> tuple[DynamicFilteringData | None, str | None]:
+        """The filter to apply, or None and why it cannot be used (under ``dynamicFilterOnError=fallback``)."""
+        options = self.options
+        if not options.dynamic_filter or not options.dynamic_filtering_enabled:
+            return None, None
+        try:
+            data = store.resolve(options.dynamic_filter, options.filter_store, wait_ms=options.dynamic_filter_wait_ms)
+            if data.exceed_threshold:
+                log.warning("dynsource: dynamic filter '%s' exceeded the collector's threshold and holds no key, so "
+                            "the scan of %s reads every partition%s; to prune, %s.", options.dynamic_filter,
+                            options.path, " its partitionFilter keeps" if options.partition_filter else "",
+                            _EXCEEDED_FIX)
+            return data, None
+        except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
+            if options.dynamic_filter_on_error == "fail":
+                raise
+            log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",
+                        options.dynamic_filter, error)
+            return None, str(error)
+
+    def plan(self) -> PlannedScan:
+        """Enumerate, pruning with ``partitionFilter`` and the dynamic filter if any; type the kept partitions."""
+        started = time.perf_counter()
+        options, schema = self.options, self.schema
+        partition_filter = options.partition_filter
+        if partition_filter is not None:
+            partition_filter.check_types(self.column_types)
+        fs, walk = self.walk
+        enumerator = DynamicPartitionEnumerator(
+            walk, self.column_types, data_columns=schema.names, time_zone=options.time_zone,
+            on_error=options.dynamic_filter_on_error,
+            static_filter=partition_filter.level_filter() if partition_filter else None,
+        )
+        waited = time.perf_counter()
+        data, unusable = self.resolve_filter()
+        wait_ms = round((time.perf_counter() - waited) * 1000, 1)
+        if data is not None:
+            enumerator.set_dynamic_filtering_data(data)
+        listing = enumerator.enumerate()
+        if partition_filter is not None:
+            partition_filter.check_listing(listing.columns, listed_leaves=bool(listing.partitions))
+        read_columns = tuple(c for c in listing.columns if c in self.column_types)
+        _check_data_columns(schema, listing, fs, options)
+        values = tuple(listing.typed_rows(read_columns))
+        scan_id = uuid.uuid4().hex
+        applied = enumerator.data is not None  # False also when the enumerator set the filter aside
+        row_filter, rows_reason = None, None
+        if applied:
+            schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
+            row_filter, rows_reason = rowfilter.plan_row_filter(
+                data, listing.columns, schema_types, handle=options.dynamic_filter, scan_id=scan_id,
+                max_keys=options.row_filter_max_keys, max_bytes=options.task_filter_max_bytes,
+                on_error=options.dynamic_filter_on_error,
+            )
+        reason = None
+        if options.dynamic_filter and options.dynamic_filtering_enabled:
+            reason = unusable or enumerator.fallback_reason
+            if data is not None and not data.is_filtering:
+                reason = f"the filter exceeded the collector's threshold: {_EXCEEDED_FIX}"
+        return PlannedScan(options, schema, scan_id, listing, read_columns, values, data, applied, reason,
+                           row_filter, rows_reason, wait_ms, started)
+
+
+def plan_scan(
+    options: ScanOptions, schema: StructType,
+    task_figures: figures.Channel | figures.Unavailable = figures.PLANNED_ONLY, reader: Reader | None = None,
+) -> list[InputPartition]:
+    """The Python reader's InputPartitions for a scan, its report saved and logged (see :func:`record`).
+
+    ``task_figures`` is the channel its read tasks count through; without one, the scan is planned but not
+    read (an explain), and its report says so.
+    """
+    planned = ScanPlanner(options, schema).plan()
+    input_partitions = planned.input_partitions()
+    record(planned, input_partitions=len(input_partitions), task_figures=task_figures, reader=reader)
+    return input_partitions
+
+
+def record(
+    planned: PlannedScan, *, input_partitions: int | None, task_figures: figures.Channel | figures.Unavailable,
+    reader: Reader | None, read_by: str = "python",
+) -> report.ScanReport:
+    """Log and save ``planned``'s report, under its ``reader``'s table (by default the one at ``path``) and its
+    handle if any; a partitioned table read whole without any filter logs a WARNING."""
+    scan = _report(planned, reader, input_partitions=input_partitions, task_figures=task_figures, read_by=read_by)
+    if not planned.dynamic and planned.options.partition_filter is None:
+        _warn_whole_table(planned.options, reader.table if reader else None, planned.listing)
+    return scan
+
+
+def _warn_whole_table(options: ScanOptions, table: str | None, listing: Listing) -> None:
+    """Say once per table in this worker process that a partitioned table was read whole, and how to prune it."""
+    if not listing.columns or listing.directories_pruned or (table or options.path) in _warned_whole:
+        return
+    _warned_whole.add(table or options.path)
+    column = listing.columns[0]
+    if table:
+        read, option = f"table {table}", f"SELECT ... FROM {table} WITH ('partitionFilter' = '{column} = ...')"
+        sql = "run the query with dynsource.sql(spark, query)"
+    else:
+        read, option = options.path, f"spark.read.format('dynsource').option('partitionFilter', '{column} = ...')"
+        sql = "register the table (dynsource.register_table) and run the query with dynsource.sql(spark, query)"
+    log.warning(
+        "dynsource: the scan of %s read all %d partitions. Spark does not pass a query's WHERE to a Python data "
+        "source, so WHERE %s ... does not prune. To prune, give the partitionFilter option (%s), or %s, which "
+        "turns WHERE predicates on partition columns into partitionFilter. (Said once per table in each Python "
+        "worker.)", read, len(listing.partitions), column, option, sql,
+    )
+
+
+def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: ScanOptions) -> None:
+    """A requested column must be a partition column or stored in the files (checked on the first kept file).
+
+    With ``mergeSchema`` files may lack columns, which then read as null, as in Spark.
+    """
+    first = next((f.path for p in listing.partitions for f in p.files), None)
+    wanted = [f.name for f in schema.fields if f.name not in listing.columns]
+    if first is None or not wanted or options.merge_schema:
+        return
+    stored = set(files.file_schema(first, files.arrow_filesystem(fs), options.format).names)
+    missing = [name for name in wanted if name not in stored]
+    if missing:
+        raise ValueError(
+            f"Column(s) {missing} of the read schema are neither partition columns {list(listing.columns)} "
+            f"nor stored in data file '{first}' (columns {sorted(stored)})."
+        )
+
+
+def _report(
+    planned: PlannedScan, reader: Reader | None, *, input_partitions: int | None,
+    task_figures: figures.Channel | figures.Unavailable, read_by: str,
+) -> report.ScanReport:
+    options, data, listing, row_filter = planned.options, planned.data, planned.listing, planned.row_filter
+    kept_files = [f for p in listing.partitions for f in p.files]
+    # Row figures come from the Python reader's tasks only; Spark's reader counts none that reach dynsource.
+    counted = row_filter is not None and read_by == "python"
+    scan = report.ScanReport(
+        handle=options.dynamic_filter if planned.dynamic else None,
+        path=options.path,
+        payload_kind=data.kind if data is not None else None,
+        keys=len(data) if data is not None else None,
+        payload_bytes=data.size_bytes if data is not None else None,
+        payload_exceeded=data is not None and data.exceed_threshold,
+        # A data column the filter cannot compare leaves the partition pruning standing: filtering stays true.
+        filtering=planned.dynamic and planned.reason is None,
+        partitions_total=listing.leaf_total,
+        partitions_kept=len(listing.partitions),
+        files_kept=len(kept_files),
+        bytes_kept=sum(f.size for f in kept_files),
+        listings=len(listing.listed_paths),
+        input_partitions=input_partitions,
+        planning_ms=round((time.perf_counter() - planned.started) * 1000, 1),
+        wait_ms=planned.wait_ms,
+        fallback_reason=planned.reason or planned.rows_reason,
+        scan_id=planned.scan_id,
+        pruned_by_column=dict(listing.pruned),
+        data_columns=tuple(column for column, _ in row_filter.data_columns) if row_filter else (),
+        row_filtering=row_filter is not None and row_filter.filter_rows,
+        figures_owner=task_figures.owner if counted and isinstance(task_figures, figures.Channel) else None,
+        task_figures_unavailable=(
+            task_figures.reason if counted and isinstance(task_figures, figures.Unavailable) else None),
+        table=reader.table if reader else None,
+        partition_columns=tuple(listing.columns),
+        partition_filter=options.partition_filter.text if options.partition_filter else None,
+        options_digest=reader.options_digest if reader else None,
+        read_by=read_by,
+    )
+    scan.log()
+    try:
+        report.save(scan, options.filter_store)
+    except OSError as error:  # the scan itself is sound: losing its report must not fail the query
+        log.warning("dynsource: could not save the report of a scan of '%s': %s", options.path, error)
+    return scan

@@ -1,0 +1,179 @@
+"""Spark's own file reader for a planned scan: dynsource plans (lists only what can match), Spark reads.
+
+A Python data source pays Spark's Python read path for every byte: rows cross
+from a Python worker to the JVM, and the source gets no column pruning. Where
+Spark's Hadoop filesystem can open the table, :func:`read` plans the scan in the
+driver with :class:`~dynsource.scanplanner.ScanPlanner` (the same walk,
+``partitionFilter``, dynamic filter and checks as the Python reader) and hands
+the kept files to Spark's built-in file source, with ``basePath`` at the
+table's root and the table's stored schema, so Spark types the partition
+values as the table declares them and lists nothing but those files.
+Data-column filter fields become predicates Spark pushes into Parquet and ORC
+row groups (an ``IN`` list per column, or its bounds past ``rowFilterMaxKeys``).
+
+The reader option ``reader`` chooses: ``python`` is dynsource's Python reader
+(``spark.read.format("dynsource...")``), ``spark`` Spark's, and ``auto`` Spark's
+where it can open the table, Parquet or ORC, in a classic session, else the Python one. Spark
+Connect plans on the server, which is what reaches the storage, so ``auto``
+keeps the Python reader there.
+"""
+
+from __future__ import annotations
+
+import functools
+import urllib.parse
+from collections.abc import Mapping, Sequence
+
+import fsspec
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from dynsource import deployment, figures, files, scanplanner, storage
+from dynsource.options import ScanOptions
+from dynsource.scanned import Reader
+from dynsource.scanplanner import PlannedScan, ScanPlanner
+
+# Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).
+_AUTO_FORMATS = ("parquet", "orc")
+_GLOB = set("{}[]*?\\")  # a path with these is a pattern to Spark's reader, not a name
+
+
+def choose(spark: SparkSession, options: ScanOptions) -> tuple[str, str]:
+    """Which reader reads a scan with ``options`` (``spark`` or ``python``), and why."""
+    if options.reader == "python":
+        return "python", "option 'reader' is 'python'"
+    forced = options.reader == "spark"
+    if deployment.is_connect(spark):
+        why = "Spark Connect: the server plans the scan, where the table's storage is reached"
+        return _refuse(forced, why)
+    if not forced and options.format not in _AUTO_FORMATS:
+        return "python", f"format '{options.format}': Spark's reader parses text files differently from pyarrow"
+    if not forced and (options.storage_options or options.merge_schema):
+        return "python", "the table has storageOptions or mergeSchema, which only dynsource's reader applies"
+    base = _base_url(options)
+    if not _hadoop_opens(spark, base):
+        return _refuse(forced, f"Spark's Hadoop filesystem cannot open '{base}'")
+    return "spark", f"Spark's Hadoop filesystem opens '{base}'"
+
+
+def read_by_choice(spark: SparkSession, source: str, options: Mapping[str, str], scan_options: ScanOptions,
+                   table_schema: StructType, columns: Sequence[str] | None = None) -> DataFrame:
+    """The table read by the reader :func:`choose` picks for ``scan_options``: Spark's, planned now, or the
+    Python ``source`` (``dynsource`` or ``dynsource.<db>.<table>``) with ``options``, which plans at each action.
+
+    Only ``columns`` are read (None: all of ``table_schema``).
+    """
+    if choose(spark, scan_options)[0] == "spark":
+        df = read(spark, scan_options, table_schema, columns, Reader.of(source, options))
+        if df is not None:
+            return df
+    if columns is None:
+        return spark.read.format(source).schema(table_schema).options(**options).load()
+    # The Python reader plans with the schema it reads: it must hold the columns partitionFilter names.
+    filtered = scan_options.partition_filter.columns() if scan_options.partition_filter else set()
+    read_schema = _projected(table_schema, [*columns, *(f.name for f in table_schema if f.name.lower() in filtered)])
+    df = spark.read.format(source).schema(read_schema).options(**options).load()
+    return df if len(read_schema) == len(_projected(table_schema, columns)) else df.select(*_quoted(columns, df))
+
+
+def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, columns: Sequence[str] | None,
+         scan_reader: Reader) -> DataFrame | None:
+    """The scan's rows read by Spark's file reader, only ``columns`` (None: all); None when a kept file's path
+    is a pattern to Spark (``*``, ``[``...) and ``reader`` is ``auto``."""
+    planned = ScanPlanner(options, table_schema).plan()
+    prefix = _url_prefix(options)
+    paths = [prefix + path for path in planned.file_paths]
+    patterns = [path for path in paths if _GLOB & set(path)]
+    if patterns:
+        if options.reader == "auto":
+            return None
+        raise ValueError(f"Option 'reader' = 'spark' cannot read data file '{patterns[0]}': Spark's reader takes "
+                         "a path with any of {}[]*?\\ as a pattern. Use reader 'python' or 'auto' for this table.")
+    scanplanner.record(planned, input_partitions=None, task_figures=figures.PLANNED_ONLY, reader=scan_reader,
+                       read_by="spark")
+    if not paths:
+        return spark.createDataFrame([], _projected(table_schema, columns))
+    reader = spark.read.format(options.format).schema(table_schema).option("basePath", _base_url(options))
+    if options.time_zone is not None:  # of timestamp partition values; Spark's default is the session's zone
+        reader = reader.option("timeZone", options.time_zone)
+    if options.format == "csv":
+        reader = reader.option("header", "true")  # pyarrow's CSV reader, the Python reader's, takes a header row
+    df = reader.load(paths)
+    predicate = _data_column_predicate(planned)
+    if predicate is not None:
+        df = df.where(predicate)
+    # Spark puts partition columns after the data columns; the table's schema may order them otherwise.
+    return df.select(*_quoted(_projected(table_schema, columns).names, df))
+
+
+def _projected(schema: StructType, columns: Sequence[str] | None) -> StructType:
+    return schema if columns is None else StructType([f for f in schema.fields if f.name in set(columns)])
+
+
+def _quoted(names: Sequence[str], df: DataFrame) -> list[Column]:
+    return [df[f"`{name}`"] for name in names]
+
+
+def _refuse(forced: bool, why: str) -> tuple[str, str]:
+    if forced:
+        raise ValueError(f"Option 'reader' = 'spark' cannot be used: {why}. Use reader 'auto' or 'python'.")
+    return "python", why
+
+
+def _url_prefix(options: ScanOptions) -> str:
+    """What turns a path of the table's fsspec filesystem into a URL Spark's reader opens."""
+    scheme = urllib.parse.urlsplit(options.path).scheme
+    return "file://" if storage.is_local(options.path) else f"{scheme}://"
+
+
+def _base_url(options: ScanOptions) -> str:
+    """The root of the table's walk (``basePath``, else ``path``) as a URL for Spark."""
+    fs, root = files.open_table(options.base_path or options.path, options.storage_options)
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        return "file://" + root
+    return _url_prefix(options) + root
+
+
+def _hadoop_opens(spark: SparkSession, url: str) -> bool:
+    """Whether the session's Hadoop filesystem for ``url``'s scheme exists and finds ``url`` (a probe, not a
+    guess from the scheme: ``s3a://`` opens only where the session has the S3A jars and settings)."""
+    jvm, conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()
+    try:
+        path = jvm.org.apache.hadoop.fs.Path(url)
+        return bool(path.getFileSystem(conf).exists(path))
+    except Exception:  # py4j's error for UnsupportedFileSystemException, a missing class, a refused connection
+        return False
+
+
+def _data_column_predicate(planned: PlannedScan) -> Column | None:
+    """The filter's data-column fields as predicates Spark pushes into row groups (and applies to rows).
+
+    Only where the row filter would apply (the implied join makes it sound), only for exact and range
+    filters, and only on a column of the field's own type: a comparison Spark would cast could disagree with
+    the filter's own.
+    """
+    row_filter, data = planned.row_filter, planned.data
+    if row_filter is None or data is None or data.kind not in ("exact", "range") or not len(data):
+        return None
+    column_types = {column.lower(): (column, type_name) for column, type_name in row_filter.data_columns}
+    predicates = [
+        _column_predicate(planned, column_types[name.lower()][0], position)
+        for position, (name, type_name) in enumerate(data.fields)
+        if column_types.get(name.lower(), (None, None))[1] == type_name
+    ]
+    return functools.reduce(lambda a, b: a & b, predicates) if predicates else None
+
+
+def _column_predicate(planned: PlannedScan, column: str, position: int) -> Column:
+    data, target = planned.data, F.col(f"`{column}`")
+    if data.kind == "range":
+        low, high = data.bounds
+        matches = target.between(F.lit(low[position]), F.lit(high[position]))
+    else:
+        values = data.table.column(position).unique().drop_null().to_pylist()
+        if len(values) <= planned.options.row_filter_max_keys:
+            matches = target.isin(values)
+        else:  # a long IN list costs Spark more than it skips: the bounds still skip row groups
+            matches = target.between(F.lit(min(values)), F.lit(max(values)))
+    return matches | target.isNull() if data.null_safe else matches

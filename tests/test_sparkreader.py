@@ -1,0 +1,125 @@
+"""Spark's file reader for the scans dynsource plans: which reader ``auto`` picks, and equal rows from both."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dynsource
+from dynsource import sparkreader
+from dynsource.options import ScanOptions
+from tests.helpers import read, read_by_spark, rows
+
+
+@pytest.fixture
+def definitions(tmp_path) -> str:
+    return str(tmp_path / "definitions")
+
+
+def write_sales(root) -> str:
+    """Two levels (a date and a string with an escape and a null), a data column ``item``."""
+    table = pa.table({
+        "amount": pa.array([1.5, 2.5, 3.5, 4.5, 5.5, 6.5], pa.float64()),
+        "item": pa.array([1, 2, 3, 1, 2, 3], pa.int32()),
+        "day": [dt.date(2024, 1, 1), dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 2),
+                dt.date(2024, 1, 3), dt.date(2024, 1, 3)],
+        "region": ["a/b", "east", "east", None, "a/b", "east"],
+    })
+    pq.write_to_dataset(table, str(root), partition_cols=["day", "region"])
+    return str(root)
+
+
+def test_auto_picks_spark_for_a_local_parquet_table_and_python_elsewhere(spark, tmp_path):
+    root = write_sales(tmp_path / "sales")
+    assert sparkreader.choose(spark, ScanOptions.parse({"path": root}))[0] == "spark"
+    assert sparkreader.choose(spark, ScanOptions.parse({"path": "file://" + root}))[0] == "spark"
+    assert sparkreader.choose(spark, ScanOptions.parse({"path": root, "reader": "python"})) == (
+        "python", "option 'reader' is 'python'")
+    memory = fsspec.filesystem("memory")
+    with memory.open("/sparkreader/k=1/part-0.parquet", "wb") as out:
+        pq.write_table(pa.table({"v": [1]}), out)
+    reader, why = sparkreader.choose(spark, ScanOptions.parse({"path": "memory://sparkreader"}))
+    assert (reader, why) == ("python", "Spark's Hadoop filesystem cannot open 'memory:///sparkreader'")
+    csv = ScanOptions.parse({"path": root, "format": "csv"})
+    assert sparkreader.choose(spark, csv)[0] == "python"
+
+
+def test_a_forced_spark_reader_spark_cannot_use_is_an_error_naming_the_option(spark):
+    with pytest.raises(ValueError, match=r"Option 'reader' = 'spark' cannot be used: Spark's Hadoop filesystem "
+                                         r"cannot open 'memory:///nowhere'\. Use reader 'auto' or 'python'\."):
+        sparkreader.choose(spark, ScanOptions.parse({"path": "memory://nowhere", "reader": "spark"}))
+    with pytest.raises(ValueError, match=r"Option 'reader' = 'fast' is not valid; expected one of "
+                                         r"\['auto', 'spark', 'python'\]"):
+        ScanOptions.parse({"path": "/t", "reader": "fast"})
+
+
+def test_both_readers_give_the_rows_of_spark_read_parquet(spark, tmp_path):
+    root = write_sales(tmp_path / "sales")
+    parquet = spark.read.parquet(root)
+    declared = spark.read.schema("amount DOUBLE, item INT, day STRING, region STRING").parquet(root)
+    for options, expected in (({}, parquet), ({"partitionFilter": "region = 'a/b' OR region IS NULL"}, parquet),
+                              ({"partitionColumns": "day STRING"}, declared)):
+        python, by_spark = read(spark, root, **options), read_by_spark(spark, root, **options)
+        assert by_spark.schema == python.schema == expected.schema
+        expected = expected.where(options.get("partitionFilter", "true"))
+        assert rows(by_spark) == rows(python) == rows(expected)
+
+
+def test_a_dynamic_filter_on_a_data_column_is_pushed_to_spark_and_reported(spark, tmp_path):
+    root = write_sales(tmp_path / "sales")
+    handle = dynsource.publish(dynsource.DynamicFilteringData([("item", "int")], [(1,), (3,)]))
+    python = rows(read(spark, root, dynamicFilter=handle))  # the Python reader filters the rows too
+    by_spark = read_by_spark(spark, root, dynamicFilter=handle)
+    assert rows(by_spark) == python and sorted(row.item for row in python) == [1, 1, 3, 3]
+    assert "PushedFilters: [In(item, [1,3])]" in _plan(by_spark)
+    report = dynsource.scan_report(handle)
+    assert report.read_by == "spark" and report.input_partitions is None
+    assert "files: 6 (" in str(report) and "read by Spark's file reader" in str(report)
+    assert "a predicate pushed to Spark's file reader" in str(report)
+
+
+def test_dynsource_sql_reads_registered_tables_by_the_chosen_reader(spark, tmp_path, definitions):
+    root = write_sales(tmp_path / "sales")
+    dynsource.register_table(spark, "reader_auto", path=root, definitions=definitions)
+    dynsource.register_table(spark, "reader_python", path=root, definitions=definitions, reader="python")
+    spark.read.parquet(root).createOrReplaceTempView("reader_native")
+    spark.createDataFrame([(dt.date(2024, 1, 2),), (dt.date(2024, 1, 3),)], "d DATE").createOrReplaceTempView(
+        "reader_days")
+    query = ("SELECT region, count(*) AS n, sum(amount) AS total FROM {t} JOIN reader_days ON day = d "
+             "WHERE d > DATE'2024-01-02' OR region IS NULL GROUP BY region")
+    try:
+        by_spark = dynsource.sql(spark, query.format(t="reader_auto"))
+        python = dynsource.sql(spark, query.format(t="reader_python"))
+        assert rows(by_spark) == rows(python) == rows(spark.sql(query.format(t="reader_native")))
+        assert "FileScan parquet" in _plan(by_spark) and "BatchEvalPython" not in _plan(by_spark)
+        assert "PythonDataSource" not in _plan(by_spark) and "reader_python" not in _plan(by_spark)
+        assert "BatchScan" in _plan(python)
+        unpruned = dynsource.sql(spark, "SELECT count(*) FROM reader_auto")  # no join, no WHERE: still Spark's
+        assert unpruned.collect()[0][0] == 6 and "FileScan parquet" in _plan(unpruned)
+    finally:
+        for table in ("reader_auto", "reader_python"):
+            dynsource.drop_table(spark, table, definitions=definitions)
+
+
+def test_a_path_spark_reads_as_a_pattern_falls_back_to_the_python_reader(spark, tmp_path, definitions):
+    root = tmp_path / "odd"
+    for value in ("a*b", "c[1]"):
+        (root / f"k={value}").mkdir(parents=True)
+        pq.write_table(pa.table({"v": [len(value)]}), root / f"k={value}" / "part-0.parquet")
+    dynsource.register_table(spark, "reader_odd", path=str(root), definitions=definitions)
+    try:
+        df = dynsource.sql(spark, "SELECT k, v FROM reader_odd")
+        assert sorted(tuple(row) for row in df.collect()) == [("a*b", 3), ("c[1]", 4)]
+        assert "BatchScan" in _plan(df)
+        with pytest.raises(ValueError, match=r"Option 'reader' = 'spark' cannot read data file '.*k=a\*b/"):
+            read_by_spark(spark, root)
+    finally:
+        dynsource.drop_table(spark, "reader_odd", definitions=definitions)
+
+
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
