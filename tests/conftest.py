@@ -36,6 +36,12 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture
+def definitions(tmp_path) -> str:
+    """A directory of this test's own for the definitions of the tables it registers."""
+    return str(tmp_path / "definitions")
+
+
 @pytest.fixture(params=["false", "true"], ids=lambda value: f"pushdown-{value}")
 def pushdown(spark, request):
     """The session with Spark's filter pushdown off, then on (as the user or another library may set it)."""

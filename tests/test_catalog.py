@@ -27,11 +27,6 @@ def write_fact(root: Path) -> str:
 
 
 @pytest.fixture
-def definitions(tmp_path) -> str:
-    return str(tmp_path / "definitions")
-
-
-@pytest.fixture
 def fact(spark, tmp_path, definitions, request):
     """A table registered for this test over freshly written files, dropped afterwards."""
     name = f"fact_{request.node.name.split('[')[0].removeprefix('test_')}"[:60]

@@ -30,11 +30,6 @@ def gained_table(root: Path) -> str:
 
 
 @pytest.fixture
-def definitions(tmp_path) -> str:
-    return str(tmp_path / "definitions")
-
-
-@pytest.fixture
 def table_name(spark, definitions, request):
     """A name for this test's table, dropped afterwards."""
     name = f"schema_{request.node.name.split('[')[0].removeprefix('test_')}"[:60]

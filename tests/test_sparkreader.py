@@ -15,11 +15,6 @@ from dynsource.options import ScanOptions
 from tests.helpers import read, read_by_spark, rows
 
 
-@pytest.fixture
-def definitions(tmp_path) -> str:
-    return str(tmp_path / "definitions")
-
-
 def write_sales(root) -> str:
     """Two levels (a date and a string with an escape and a null), a data column ``item``."""
     table = pa.table({
