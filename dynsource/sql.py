@@ -110,7 +110,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     default.kv (kv.k) <- tags (tags.d): exact, 1 keys, collected in ... ms; reads columns ['v', 'k']
       payload: exact, 1 key(s), ... bytes
       partitions: 1 of 3 kept
-      files: 1 (... bytes) in ... input partition(s)
+      files: 1 (... bytes) read by Spark's file reader
       listings: ...
     >>> dynsource.drop_table(spark, "kv")
     """

@@ -251,3 +251,19 @@ def test_dynamic_join_on_an_s3_table_with_an_s3_filter_store(spark, s3, register
     assert (report.partitions_kept, report.filtering) == (2, True)
     # The benefit check lists the root once; the scan lists the root, 'north' and the two kept days.
     assert server.lists(TABLE_BUCKET) - before <= 1 + 2 + LEVELS + LIST_OVERHEAD
+
+
+def test_auto_reads_an_s3_table_by_the_python_reader_as_spark_cannot_open_it(spark, s3, table, registered,
+                                                                             expected_rows):
+    from dynsource import sparkreader
+
+    _, options = s3
+    url, _ = table
+    with_options = ScanOptions.parse({"path": url, "storageOptions": json.dumps(options)})
+    assert sparkreader.choose(spark, with_options)[0] == "python"
+    # Without fsspec's options too: the session has no Hadoop filesystem for 's3://'.
+    assert sparkreader.choose(spark, ScanOptions.parse({"path": url})) == (
+        "python", f"Spark's Hadoop filesystem cannot open '{url}'")
+    df = dynsource.sql(spark, f"SELECT * FROM {registered} WHERE day = 4")
+    assert rows(df.select(*COLUMNS)) == [row for row in expected_rows if row.day == 4]
+    assert "BatchScan" in df._jdf.queryExecution().executedPlan().toString()

@@ -1,0 +1,185 @@
+"""TPC-DS through ``dynsource.sql`` against ``spark.sql`` on the same Parquet, in one session.
+
+The data and the 99 query texts come from duckdb's ``tpcds`` extension (dsdgen),
+which loads offline from the ``duckdb-extension-tpcds`` package. Every fact table
+is written Hive-partitioned by its date key with Spark; the dimensions are plain
+Parquet. ``spark.sql`` reads the facts as temporary views of ``spark.read.parquet``
+made once (their listing cached, Spark's DPP on); ``dynsource.sql`` reads them as
+registered dynsource tables. Each query runs once untimed in each mode (a warm-up)
+and then once timed, interleaved; the results are compared without regard to
+order. Output: per query the two times, their ratio and what dynsource pruned;
+then the counts (equal, pruned), the geometric mean of the ratios, the worst ten.
+
+    python -m benchmarks.tpcds --scale 0.1                  # all 99 queries
+    python -m benchmarks.tpcds --scale 0.1 --queries 3,7,9   # some
+"""
+
+from __future__ import annotations
+
+import argparse
+import decimal
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
+# Each fact table and the date key it is partitioned by.
+FACTS = {
+    "store_sales": "ss_sold_date_sk", "store_returns": "sr_returned_date_sk",
+    "catalog_sales": "cs_sold_date_sk", "catalog_returns": "cr_returned_date_sk",
+    "web_sales": "ws_sold_date_sk", "web_returns": "wr_returned_date_sk", "inventory": "inv_date_sk",
+}
+
+
+def generate(scale: float, data_dir: Path = DEFAULT_DATA_DIR) -> tuple[Path, dict[int, str]]:
+    """dsdgen's tables as Parquet under ``data_dir/tpcds-sf<scale>/raw`` (once), and the 99 query texts."""
+    import duckdb
+    import duckdb_extension_tpcds
+
+    root = Path(data_dir).resolve() / f"tpcds-sf{scale:g}"
+    con = duckdb.connect()
+    extension = next(Path(duckdb_extension_tpcds.__file__).parent.glob("extensions/*/tpcds.duckdb_extension"))
+    con.load_extension(str(extension))
+    queries = dict(con.sql("SELECT query_nr, query FROM tpcds_queries()").fetchall())
+    if not (root / "raw" / "done").exists():
+        raw = root / "raw"
+        raw.mkdir(parents=True, exist_ok=True)
+        con.sql(f"CALL dsdgen(sf={scale})")
+        for (table,) in con.sql("SHOW TABLES").fetchall():
+            con.sql(f"COPY {table} TO '{raw / table}.parquet' (FORMAT parquet)")
+        (raw / "done").write_text("")
+    return root, queries
+
+
+def partition_facts(spark, root: Path) -> dict[str, Path]:
+    """Each fact table Hive-partitioned by its date key (written by Spark, once), and each dimension's file."""
+    tables = {}
+    for raw in sorted((root / "raw").glob("*.parquet")):
+        name = raw.stem
+        if name in FACTS:
+            target = root / "facts" / name
+            if not (target / "_SUCCESS").exists():
+                spark.read.parquet(str(raw)).write.mode("overwrite").partitionBy(FACTS[name]).parquet(str(target))
+            tables[name] = target
+        else:
+            tables[name] = raw
+    return tables
+
+
+def comparable(rows) -> list[tuple]:
+    """Rows in an order-free form: floats rounded (sums may add up in another order), then sorted."""
+    def value(v):
+        if isinstance(v, float):
+            return round(v, 6)
+        if isinstance(v, decimal.Decimal):
+            return round(v, 6)
+        return v
+    return sorted((tuple(value(v) for v in row) for row in rows), key=repr)
+
+
+def run_query(fn) -> tuple[float, list | None, str | None]:
+    started = time.perf_counter()
+    try:
+        rows = fn()
+    except Exception as error:  # a query Spark cannot run is counted, not fatal
+        return time.perf_counter() - started, None, str(error).splitlines()[0][:200]
+    return time.perf_counter() - started, rows, None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=0.1)
+    parser.add_argument("--queries", default="", help="comma-separated query numbers (default: all 99)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("DYNSOURCE_FILTER_STORE", tempfile.mkdtemp(prefix="dynsource-tpcds-filters-"))
+    from pyspark.sql import SparkSession
+
+    import dynsource
+
+    root, texts = generate(args.scale, args.data)
+    spark = (SparkSession.builder.master("local[2]").appName("dynsource-tpcds")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="tpcds-warehouse-")).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    dynsource.register(spark)
+    tables = partition_facts(spark, root)
+    definitions = tempfile.mkdtemp(prefix="tpcds-defs-")
+    for name, path in tables.items():
+        if name in FACTS:  # registered for dynsource.sql; spark.sql reads temporary views of the same names
+            dynsource.register_table(spark, name, path=str(path), definitions=definitions, replace=True)
+        else:
+            spark.read.parquet(str(path)).createOrReplaceTempView(name)
+    native_views = {name: spark.read.parquet(str(tables[name])) for name in FACTS}
+    chosen = [int(q) for q in args.queries.split(",") if q] or sorted(texts)
+    results = {}
+    for number in chosen:
+        results[number] = compare(spark, texts[number].strip().rstrip(";"), native_views)
+        result = results[number]
+        print(f"q{number}: spark {result['spark_s']:.2f} s, dynsource {result['dynsource_s']:.2f} s, "
+              f"ratio {result['ratio']}, equal {result['equal']}, pruned {len(result['pruned'])}"
+              + (f", spark error: {result['spark_error']}" if result["spark_error"] else "")
+              + (f", dynsource error: {result['dynsource_error']}" if result["dynsource_error"] else ""), flush=True)
+    summary = summarize(results)
+    print(json.dumps(summary, indent=2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"tpcds-sf{args.scale:g}.json"
+    out.write_text(json.dumps({"summary": summary, "queries": results}, indent=2))
+    print(f"written to {out}")
+    spark.stop()
+
+
+def compare(spark, text: str, native_views: dict) -> dict:
+    """One query through spark.sql (the facts as temporary views of the same Parquet) and through
+    dynsource.sql (the registered facts): the second of two runs each, and whether their rows agree."""
+    import dynsource
+
+    for name, df in native_views.items():  # the native facts shadow the registered tables by temporary views
+        df.createOrReplaceTempView(name)
+    native = lambda: comparable(spark.sql(text).collect())  # noqa: E731
+    run_query(native)
+    native_s, native_rows, native_error = run_query(native)
+    for name in native_views:
+        spark.catalog.dropTempView(name)
+    frames = {}
+
+    def ours():
+        frames["df"] = dynsource.sql(spark, text)
+        return comparable(frames["df"].collect())
+
+    run_query(ours)
+    ours_s, our_rows, our_error = run_query(ours)
+    report = dynsource.scan_report(frames["df"]) if "df" in frames else None
+    pruned = [a.scan for a in getattr(report, "assignments", ()) if a.handle or a.partition_filter]
+    return {
+        "spark_s": round(native_s, 3), "dynsource_s": round(ours_s, 3),
+        "ratio": round(ours_s / native_s, 3) if native_s else None,
+        "equal": native_error is None and our_rows == native_rows, "pruned": pruned,
+        "spark_error": native_error, "dynsource_error": our_error,
+    }
+
+
+def summarize(results: dict[int, dict]) -> dict:
+    ran = {n: r for n, r in results.items() if r["spark_error"] is None and r["dynsource_error"] is None}
+    ratios = [r["ratio"] for r in ran.values() if r["ratio"]]
+    worst = sorted(ran.items(), key=lambda item: item[1]["ratio"] or 0, reverse=True)[:10]
+    return {
+        "queries": len(results), "ran": len(ran), "equal": sum(r["equal"] for r in ran.values()),
+        "not_equal": sorted(n for n, r in ran.items() if not r["equal"]),
+        "spark_errors": sorted(n for n, r in results.items() if r["spark_error"]),
+        "dynsource_errors": sorted(n for n, r in results.items() if r["dynsource_error"] and not r["spark_error"]),
+        "pruned": sum(bool(r["pruned"]) for r in ran.values()),
+        "geomean_ratio": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3) if ratios else None,
+        "worst_ten": [(f"q{n}", r["ratio"], r["spark_s"], r["dynsource_s"]) for n, r in worst],
+    }
+
+
+if __name__ == "__main__":
+    main()
