@@ -77,6 +77,7 @@ class Measurement:
     bytes: int | None
     source: str
     phases: dict[str, float] = field(default_factory=dict)
+    filtering: dict = field(default_factory=dict)  # dynsource.sql: what its scan report says was filtered and how
 
 
 class Bench:
@@ -212,8 +213,14 @@ def dynsource_sql(bench: Bench, query: Query, table: str) -> Measurement:
     if scan is None or not scan.filtering:
         raise RuntimeError(f"dynsource.sql did not prune: {report}")
     phases["planning_s"] = scan.planning_ms / 1000
+    filtering = {figure: getattr(scan, figure, None) for figure in FILTERING_FIGURES}
     return Measurement(result, seconds, scan.partitions_kept, scan.files_kept, scan.bytes_kept,
-                       "dynsource scan report", phases)
+                       "dynsource scan report", phases, {**filtering, "not_applied": list(report.notes)})
+
+
+# What a dynsource.sql run's scan report says of its filter: the payload, what each read task got, what it skipped.
+FILTERING_FIGURES = ("payload_kind", "keys", "payload_bytes", "parts", "task_filter_bytes", "row_groups_total",
+                     "row_groups_skipped", "rows_read", "rows_filtered", "fallback_reason")
 
 
 def dynsource_static(bench: Bench, query: Query) -> Measurement:
@@ -405,7 +412,7 @@ def _summary(measured: list[Measurement]) -> dict:
         "median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3), "max_s": round(max(times), 3),
         "times_s": [round(t, 3) for t in times], "partitions": last.partitions, "files": last.files,
         "bytes": last.bytes, "figures_from": last.source, "result": [_plain(v) for v in last.result],
-        "phases_median_s": phases,
+        "phases_median_s": phases, **({"filtering": last.filtering} if last.filtering else {}),
     }
 
 

@@ -24,7 +24,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+
+from benchmarks.run import FILTERING_FIGURES
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -56,15 +59,15 @@ def generate(scale: float, data_dir: Path = DEFAULT_DATA_DIR) -> tuple[Path, dic
     return root, queries
 
 
-def partition_facts(spark, root: Path) -> dict[str, Path]:
-    """Each fact table Hive-partitioned by its date key (written by Spark, once), and each dimension's file."""
+def partition_facts(spark, root: Path, facts: Mapping[str, str] = FACTS) -> dict[str, Path]:
+    """Each of ``facts`` Hive-partitioned by its date key (written by Spark, once), and every other table's file."""
     tables = {}
     for raw in sorted((root / "raw").glob("*.parquet")):
         name = raw.stem
-        if name in FACTS:
+        if name in facts:
             target = root / "facts" / name
             if not (target / "_SUCCESS").exists():
-                spark.read.parquet(str(raw)).write.mode("overwrite").partitionBy(FACTS[name]).parquet(str(target))
+                spark.read.parquet(str(raw)).write.mode("overwrite").partitionBy(facts[name]).parquet(str(target))
             tables[name] = target
         else:
             tables[name] = raw
@@ -97,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", default="", help="comma-separated query numbers (default: all 99)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--reader", choices=("auto", "python"), default="auto",
+                        help="the registered facts' reader option (python: the read tasks count row groups and rows)")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("DYNSOURCE_FILTER_STORE", tempfile.mkdtemp(prefix="dynsource-tpcds-filters-"))
@@ -114,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     definitions = tempfile.mkdtemp(prefix="tpcds-defs-")
     for name, path in tables.items():
         if name in FACTS:  # registered for dynsource.sql; spark.sql reads temporary views of the same names
-            dynsource.register_table(spark, name, path=str(path), definitions=definitions, replace=True)
+            dynsource.register_table(spark, name, path=str(path), definitions=definitions, replace=True,
+                                     reader=args.reader)
         else:
             spark.read.parquet(str(path)).createOrReplaceTempView(name)
     native_views = {name: spark.read.parquet(str(tables[name])) for name in FACTS}
@@ -130,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     summary = summarize(results)
     print(json.dumps(summary, indent=2))
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"tpcds-sf{args.scale:g}.json"
+    suffix = ("-python-reader" if args.reader == "python" else "") + (f"-q{'-'.join(map(str, chosen))}"
+                                                                        if args.queries else "")
+    out = args.out / f"tpcds-sf{args.scale:g}{suffix}.json"
     out.write_text(json.dumps({"summary": summary, "queries": results}, indent=2))
     print(f"written to {out}")
     spark.stop()
@@ -157,12 +165,15 @@ def compare(spark, text: str, native_views: dict) -> dict:
     run_query(ours)
     ours_s, our_rows, our_error = run_query(ours)
     report = dynsource.scan_report(frames["df"]) if "df" in frames else None
-    pruned = [a.scan for a in getattr(report, "assignments", ()) if a.handle or a.partition_filter]
+    assignments = getattr(report, "assignments", ())
+    pruned = [a.scan for a in assignments if a.handle or a.partition_filter]
+    filters = [{"filter": a.filter, "kind": a.payload_kind, **{f: getattr(scan, f, None) for f in FILTERING_FIGURES}}
+               for a, scan in zip(assignments, report.scans() if assignments else (), strict=True) if scan]
     return {
         "spark_s": round(native_s, 3), "dynsource_s": round(ours_s, 3),
         "ratio": round(ours_s / native_s, 3) if native_s else None,
-        "equal": native_error is None and our_rows == native_rows, "pruned": pruned,
-        "spark_error": native_error, "dynsource_error": our_error,
+        "equal": native_error is None and our_rows == native_rows, "pruned": pruned, "filters": filters,
+        "not_applied": list(getattr(report, "notes", ())), "spark_error": native_error, "dynsource_error": our_error,
     }
 
 

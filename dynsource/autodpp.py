@@ -16,10 +16,10 @@ pruned the fact. The rewrite refers to DataFrames (the snapshots, the fact
 scans) by placeholder names that :class:`dynsource.frames.Frames` hands to
 ``spark.sql``, which leaves no temporary view behind.
 
-A fact scan joined to several dimensions gets one filter that combines every
-filter worth applying (:mod:`dynsource.filtering.conjunction`: the product of
-exact key sets, within the collector's limits); one that does not combine (a
-Bloom filter, too many keys) is left out, those on the first partition column
+A fact scan joined to several dimensions gets one filter whose parts are the
+filters worth applying (:mod:`dynsource.filtering.conjunction`: a row must match
+every part, their sizes add up); an exceeded filter, or one on a fact column
+another part already filters, is left out, those on the first partition column
 kept first, and the report says so.
 The query's own predicates on the fact's partition columns go to the same scan
 as its ``partitionFilter``, so they prune directories too.
@@ -177,15 +177,14 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
     candidates = [benefit.Candidate(str(p), p.fact_columns,
                                     functools.partial(_collect, spark, p, columns, result, snapshots))
                   for p in prunings]
-    choice = benefit.worth_applying(candidates, level, ratio, max_rows=collector.DEFAULT_MAX_ROWS,
-                                    max_bytes=collector.DEFAULT_MAX_BYTES)
+    choice = benefit.worth_applying(candidates, level, ratio)
     notes = [f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []
     collection_ms = round((time.perf_counter() - started) * 1000, 1)
     handle = filter_store.publish(choice.data, result.store)
     result.pinned += [snapshots[label] for label in choice.applied]
-    return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data),
+    return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                        collection_ms), notes + choice.left_out)
 
 

@@ -4,8 +4,9 @@ It is judged on the fact table's top-level partition directories, which
 :func:`survey` lists (the enumerator's walk, with its checks, down one branch:
 the same walk tells the partition columns). A filter that does not constrain the
 first partition column is assumed to pay. :func:`worth_applying` applies the
-check to each dimension's filter and combines those that pay into the scan's one
-filter, for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
+check to each dimension's filter and makes those that pay the parts of the scan's
+one filter (:meth:`DynamicFilteringData.all_of`: a row must match every part),
+for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow.compute as pc
 
 from dynsource import files
 from dynsource.enumerator import PartitionEnumerator
-from dynsource.filtering import DynamicFilteringData, conjunction
+from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level, PartitionTyping
 from dynsource.options import ScanOptions
 
@@ -78,17 +79,23 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Choice:
-    """What :func:`worth_applying` chose: the labels applied, their combined filter, and what was left out."""
+    """What :func:`worth_applying` chose: the labels applied, their conjunction, and what was left out."""
 
     applied: list[str]
     data: DynamicFilteringData | None  # None when no filter pays
     declined: list[tuple[str, str]]  # (label, why): not collected, or not paying
-    left_out: list[str]  # notes on filters that pay but do not combine with those applied
+    left_out: list[str]  # notes on filters that pay but do not join those applied
+
+    @property
+    def kind(self) -> str | None:
+        """The filter's kind as reports name it: ``exact``, ``bloom``, ``range`` or ``all of N parts``."""
+        if self.data is None:
+            return None
+        return f"all of {len(self.data.parts)} parts" if self.data.kind == "all" else self.data.kind
 
 
-def worth_applying(candidates: Sequence[Candidate], level: Level | None, ratio: float, *, max_rows: int,
-                   max_bytes: int) -> Choice:
-    """Collect each candidate (those on the fact's first partition column first), keep those that pay, combine them."""
+def worth_applying(candidates: Sequence[Candidate], level: Level | None, ratio: float) -> Choice:
+    """Collect each candidate (those on the fact's first partition column first), keep those that pay, conjoin them."""
     first = level.columns[0].lower() if level is not None else None
     ordered = sorted(candidates, key=lambda c: first not in {column.lower() for column in c.fact_columns})
     worth, declined = [], []
@@ -101,5 +108,22 @@ def worth_applying(candidates: Sequence[Candidate], level: Level | None, ratio: 
             declined.append((candidate.label, reason))
     if not worth:
         return Choice([], None, declined, [])
-    applied, data, left_out = conjunction.combine(worth, max_rows=max_rows, max_bytes=max_bytes)
+    applied, data, left_out = conjoin(worth)
     return Choice(applied, data, declined, left_out)
+
+
+def conjoin(filters: Sequence[tuple[str, DynamicFilteringData]]) -> tuple[list[str], DynamicFilteringData, list[str]]:
+    """``filters`` (labelled, best first) as the parts of one filter: the labels applied, the filter, and a note
+    for each left out (one exceeded, which holds no key, unless all are; one on a field a part already filters)."""
+    (label, combined), *rest = sorted(filters, key=lambda item: not item[1].is_filtering)
+    applied, notes = [label], []
+    for label, data in rest:
+        if not data.is_filtering:
+            notes.append(f"{label}: not applied: it exceeded the collector's threshold and holds no key")
+            continue
+        try:
+            combined = DynamicFilteringData.all_of([combined, data])
+            applied.append(label)
+        except ValueError as reason:
+            notes.append(f"{label}: not applied with {' AND '.join(applied)} on one scan: {reason}")
+    return applied, combined, notes

@@ -61,10 +61,11 @@ def dynamic_join(
         dimension's tables later change neither; call ``dynamic_join`` again to
         see them. Spark frees a snapshot once no DataFrame uses it.
         Of a star, every dimension whose filter passes the benefit check prunes
-        the one fact scan, their exact key sets combined into one filter while
-        the product stays within ``max_rows``/``max_bytes``; one that does not
-        combine (a Bloom filter, too many keys) is left out, those on the fact's
-        first partition column kept first, and the report says so.
+        the one fact scan, each filter a part of the scan's one filter (a row
+        must match every part; their sizes add up). A filter that exceeded the
+        collector's threshold, or one on a fact column another part already
+        filters, is left out (those on the fact's first partition column are
+        kept first), and the report says so.
     on : mapping or sequence of (fact column, dim column)
         The equi-join keys of a single ``dim``, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
     how : str, default "inner"
@@ -161,7 +162,7 @@ def _check_fact_columns(fact: str, columns: list[str], dims) -> None:
 
 
 def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
-    """The assignment of the dimensions whose filters pay, combined on one scan, and notes."""
+    """The assignment of the dimensions whose filters pay, the parts of one filter on the scan, and notes."""
     def candidate(index: int, d: DataFrame, pairs: list[tuple[str, str]]) -> benefit.Candidate:
         def collect():
             return collector.collect_data(d, pairs, types={f: types[f] for f, _ in pairs}, **collect_options), None
@@ -172,15 +173,13 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
     started = time.perf_counter()
     choice = benefit.worth_applying(
         [candidate(index, d, pairs) for index, (d, pairs) in enumerate(dims)],
-        benefit.survey(fact_options, types, deep=False).top, ratio,
-        max_rows=collect_options.get("max_rows", collector.DEFAULT_MAX_ROWS),
-        max_bytes=collect_options.get("max_bytes", collector.DEFAULT_MAX_BYTES))
+        benefit.survey(fact_options, types, deep=False).top, ratio)
     notes = [reason if len(dims) == 1 else f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return None, notes
     collection_ms = round((time.perf_counter() - started) * 1000, 1)  # the dimensions' collect jobs and combining
     handle = filter_store.publish(choice.data, store)
-    return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.data.kind, len(choice.data),
+    return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                               collection_ms), notes + choice.left_out)
 
 

@@ -2,10 +2,10 @@
 
 A scan may be planned in a Python worker on the driver's host, so its report is written to the filter store,
 one file per scan under its table (``reports/tables/<digest>/<planned at>-<scan id>.json``) and its handle if
-any (``reports/<handle>/...``), the newest ``MAX_SCANS_KEPT`` of each, and read back in the driver: by handle,
-or from a DataFrame's plan (:mod:`dynsource.scanned`). The Python reader's ``read()`` tasks count row groups and
-rows later, in executors, and send them through a Spark accumulator (:mod:`dynsource.figures`);
-:func:`scan_report` adds up the figures of the tasks of the scan it shows, or says why there are none.
+any (``reports/<handle>/...``), the newest ``MAX_SCANS_KEPT`` of each, read back in the driver by handle or
+from a DataFrame's plan (:mod:`dynsource.scanned`). The Python reader's tasks count row groups and rows later,
+in executors, through a Spark accumulator (:mod:`dynsource.figures`); :func:`scan_report` adds up the figures of
+the tasks of the scan it shows, or says why there are none.
 """
 
 from __future__ import annotations
@@ -40,11 +40,10 @@ _TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(
 class ScanReport:
     """Figures of one planned scan; ``str()`` gives a summary of a few lines.
 
-    Every scan (each action on a DataFrame plans one) keeps its own report,
-    named by ``scan_id``; :func:`scan_report` gives a handle's newest scan
-    (``planned_at``, seconds since the epoch, and ``scans_with_handle`` say which)
-    and :func:`scan_reports` all of them; ``scan_report(df)`` the newest scan of the
-    DataFrame's reader (its ``table`` or ``path``, with the same options: ``options_digest``),
+    Every scan (each action on a DataFrame plans one) keeps its own report, named by ``scan_id``;
+    :func:`scan_report` gives a handle's newest scan (``planned_at``, seconds since the epoch, and
+    ``scans_with_handle`` say which) and :func:`scan_reports` all of them; ``scan_report(df)`` the newest
+    scan of the DataFrame's reader (its ``table`` or ``path``, with the same options: ``options_digest``),
     with a handle or not. :meth:`pruned_by` says which filters pruned (``partition_filter``, the handle's).
 
     ``planning_ms`` includes ``wait_ms``, the time spent waiting for a late filter.
@@ -56,13 +55,12 @@ class ScanReport:
     ``data_columns`` are the filter fields that are data columns. For those, the Python reader's tasks
     skip Parquet row groups (``row_groups_total`` of the kept files, ``row_groups_skipped``) and, when
     ``row_filtering`` was planned (at most ``rowFilterMaxKeys`` keys, within ``taskFilterMaxBytes``),
-    filter rows (``rows_read``, ``rows_filtered``; ``row_filtering_tasks`` of
-    them did to the end). These task figures are sums over the
-    ``tasks_reported`` tasks that have run (0 before the first action, or
-    without data-column fields). When the tasks had no way to send them (Spark
-    Connect), the scan was only planned (an explain), or the report is read
-    outside the driver that ran the scan, they are None and
-    ``task_figures_unavailable`` says why.
+    filter rows (``rows_read``, ``rows_filtered``; ``row_filtering_tasks`` of them did to the end): sums
+    over the ``tasks_reported`` tasks that have run (0 before the first action, or without data-column
+    fields). When the tasks had no way to send them (Spark Connect), the scan was only planned (an explain),
+    or the report is read outside the driver that ran the scan, they are None and
+    ``task_figures_unavailable`` says why. A filter of several ``parts`` (one per dimension) has a line for
+    each: its fields, kind, keys, bytes, and what it was applied to (directories, row groups, rows).
 
     The report of a :func:`dynsource.dynamic_join` that did not prune has no
     handle and no scan figures (None), only the reason.
@@ -103,6 +101,8 @@ class ScanReport:
     options_digest: str | None = None
     payload_exceeded: bool = False  # the collector stopped past its threshold: the payload holds no key
     read_by: str = "python"  # the reader of the kept files: dynsource's Python reader, or Spark's file reader
+    parts: tuple[str, ...] = ()  # a filter of several parts (one per dimension): each one's figures and uses
+    task_filter_bytes: int | None = None  # the filter each read task gets: its data-column parts, each capped
 
     def __str__(self) -> str:
         if self.partitions_kept is None:  # a dynamic_join that planned no scan with a filter
@@ -118,7 +118,7 @@ class ScanReport:
 
     def lines(self) -> list[str]:
         """The summary's lines under its heading: payload or filters, partitions, files, listings and times, rows."""
-        head = [f"payload: {self._payload()}"] if self.handle else []
+        head = [f"payload: {self._payload()}", *(f"  part {part}" for part in self.parts)] if self.handle else []
         if self.handle is None or self.partition_filter:
             head.append(f"pruned by: {self.pruned_by()}")
         lines = [*head, f"partitions: {self._partitions()}",
@@ -153,7 +153,8 @@ class ScanReport:
         if self.payload_exceeded:  # not an empty dimension, which would prune every partition
             kept = "every partition its partitionFilter keeps" if self.partition_filter else "every partition"
             return f"exceeded the collector's threshold, so it holds no key and prunes nothing: {kept} is read"
-        return f"{self.payload_kind}, {self.keys:,} key(s), {self.payload_bytes:,} bytes"
+        kind = f"all of {len(self.parts)} parts" if self.parts else self.payload_kind
+        return f"{kind}, {self.keys:,} key(s), {self.payload_bytes:,} bytes"
 
     def _partitions(self) -> str:
         pruned = ", ".join(f"{count:,} at {column}" for column, count in self.pruned_by_column.items() if count)
@@ -319,10 +320,7 @@ def scan_report(
 
             return scanned.dataframe_report(target)
         if join.handle is None:
-            return ScanReport(handle=None, path=join.fact, payload_kind=None, keys=None, payload_bytes=None,
-                              filtering=False, partitions_total=None, partitions_kept=None, files_kept=None,
-                              bytes_kept=None, listings=None, input_partitions=None, planning_ms=None,
-                              fallback_reason=join.reason)
+            return ScanReport(None, join.fact, None, None, None, False, *[None] * 7, fallback_reason=join.reason)
         try:
             return _handle_report(join.handle, join.store)
         except LookupError:
@@ -360,7 +358,7 @@ def table_scans(table: str | None, path: str, location: FilterStore) -> Iterator
 
 def _read(directory: str, name: str, location: FilterStore) -> ScanReport:
     fields = json.loads(store.get(f"{directory}/{name}", location))
-    tuples = {key: tuple(fields.get(key, ())) for key in ("data_columns", "partition_columns")}  # JSON has lists
+    tuples = {key: tuple(fields.get(key, ())) for key in ("data_columns", "partition_columns", "parts")}  # JSON lists
     return ScanReport(**{**fields, **tuples})
 
 

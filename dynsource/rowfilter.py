@@ -14,9 +14,11 @@ Planning resolves the handle once and puts what the read tasks need into every
 InputPartition (as Flink's coordinator hands splits to its readers): the
 payload reduced to the compared columns, in its checksummed wire format. Read
 tasks never open the filter store, which executors on a cluster may not reach.
-The payload is copied into every task, so it is capped (``taskFilterMaxBytes``):
-an exact payload over the cap travels as its per-column bounds, which still skip
-row groups but filter no rows; a Bloom payload over the cap does not travel.
+The payload is copied into every task, so each of its parts (one per dimension,
+see :mod:`dynsource.filtering.conjunction`) is capped (``taskFilterMaxBytes``):
+an exact part over the cap travels as its per-column bounds, which still skip
+row groups but filter no rows; a Bloom part over the cap does not travel. The
+other parts still skip row groups and filter rows.
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ class RowFilterSpec:
     """What ``read()`` needs to filter rows: the payload itself, never a reference to the store.
 
     ``payload`` is the wire format (:meth:`DynamicFilteringData.to_bytes`) of the
-    filter as the tasks apply it; ``data_columns`` are the data-column fields as
+    filter as the tasks apply it: the parts with a data-column field, each reduced
+    to the compared columns. ``data_columns`` are the data-column fields as
     (read-schema column, Spark SQL type); ``mask_columns`` every read-schema
     column the row mask compares (the data columns and the comparable
-    partition-column fields).
+    partition-column fields); ``row_parts`` the payload's parts that filter rows
+    (all parts skip row groups); ``uses`` what the tasks do with each part of the
+    planned filter, for the report ("" for a part they leave to the directories).
     """
 
     handle: str
@@ -60,7 +65,12 @@ class RowFilterSpec:
     payload: bytes
     data_columns: tuple[tuple[str, str], ...]
     mask_columns: tuple[str, ...]
-    filter_rows: bool
+    row_parts: tuple[int, ...]
+    uses: tuple[str, ...] = ()
+
+    @property
+    def filter_rows(self) -> bool:
+        return bool(self.row_parts)
 
 
 def plan_row_filter(
@@ -78,8 +88,10 @@ def plan_row_filter(
 
     ``column_types`` maps the read schema's columns to their Spark SQL types. No
     data-column field (or non-filtering data) gives (None, None). A data column
-    the filter cannot be compared with raises under ``on_error="fail"``. A
-    payload over ``max_bytes`` travels as bounds (exact, range) or not at all (Bloom).
+    the filter cannot be compared with raises under ``on_error="fail"``. Each part
+    of ``data`` is judged on its own: one over ``max_bytes`` travels as bounds
+    (exact) or not at all (Bloom, range), one of more than ``max_keys`` keys skips
+    row groups but filters no rows; the others still filter rows.
     """
     if not data.is_filtering:
         return None, None
@@ -103,40 +115,57 @@ def plan_row_filter(
         column for column in fields
         if column in data_columns or _comparison_error(data, column, column_types[column]) is None
     ]
-    task_data = _projected(data, mask_columns)
-    payload, capped = task_data.to_bytes(), None
-    if len(payload) > max_bytes:
-        payload, capped = _capped(task_data, len(payload), max_bytes)
-        if payload is None:
-            return None, capped
+    shipped, row_parts, uses, notes = [], [], [], []
+    for part in data.parts:
+        task_part, use, note = _task_part(part, mask_columns, data_columns, max_keys, max_bytes)
+        uses.append(use)
+        notes += [note] if note else []
+        if task_part is not None:
+            row_parts += [len(shipped)] if use == ROWS else []
+            shipped.append(task_part)
+    reason = "; ".join(notes) or None
+    if not shipped:
+        return None, reason
     spec = RowFilterSpec(
         handle=handle,
         scan_id=scan_id,
-        payload=payload,
+        payload=DynamicFilteringData.all_of(shipped).to_bytes(),
         data_columns=tuple((column, column_types[column]) for column in data_columns),
         mask_columns=tuple(mask_columns),
-        filter_rows=capped is None and len(task_data) <= max_keys,
+        row_parts=tuple(row_parts),
+        uses=tuple(uses),
     )
-    return spec, capped
+    return spec, reason
 
 
-def _projected(data: DynamicFilteringData, columns: Sequence[str]) -> DynamicFilteringData:
-    """Exact data reduced to the fields the tasks compare (fewer distinct rows); other kinds as they are."""
-    wanted = {column.lower() for column in columns}
-    fields = [field for field in data.fields if field[0].lower() in wanted]
+ROWS, ROW_GROUPS, BOUNDS = "row groups and rows", "row groups", "row groups, by its bounds"
+
+
+def _task_part(part: DynamicFilteringData, mask_columns: Sequence[str], data_columns: Sequence[str], max_keys: int,
+               max_bytes: int) -> tuple[DynamicFilteringData | None, str, str | None]:
+    """What the tasks get of one part (None: nothing), what they do with it, and why not more (or None)."""
+    compared = {column.lower() for column in mask_columns}
+    if not {name.lower() for name in part.field_names} & {column.lower() for column in data_columns}:
+        return None, "", None  # on partition columns only: the directories were pruned by it
+    task_part = _projected(part, [name for name in part.field_names if name.lower() in compared])
+    size = len(task_part.to_bytes())
+    if size > max_bytes:
+        over = (f"the task filter of {', '.join(task_part.field_names)} is {size} bytes, over option "
+                f"'taskFilterMaxBytes' ({max_bytes})")
+        if task_part.kind != "exact":
+            return None, "", f"{over}: read tasks neither skip row groups nor filter rows by it"
+        bounds = DynamicFilteringData.from_table(task_part.fields, task_part.table, kind="range",
+                                                 null_safe=task_part.null_safe)
+        return bounds, BOUNDS, f"{over}: read tasks skip row groups by its bounds and filter no rows by it"
+    return task_part, ROWS if len(task_part) <= max_keys else ROW_GROUPS, None
+
+
+def _projected(data: DynamicFilteringData, fields: Sequence[str]) -> DynamicFilteringData:
+    """Exact data reduced to ``fields`` (fewer distinct rows); other kinds as they are."""
     if data.kind != "exact" or len(fields) == len(data.fields):
         return data
-    return DynamicFilteringData.from_table(fields, data.table.select([name for name, _ in fields]),
-                                           null_safe=data.null_safe)
-
-
-def _capped(data: DynamicFilteringData, size: int, max_bytes: int) -> tuple[bytes | None, str]:
-    """What travels instead of a payload over the cap, and what the report says of it."""
-    over = f"the task filter is {size} bytes, over option 'taskFilterMaxBytes' ({max_bytes})"
-    if data.kind != "exact":
-        return None, f"{over}: read tasks neither skip row groups nor filter rows"
-    bounds = DynamicFilteringData.from_table(data.fields, data.table, kind="range", null_safe=data.null_safe)
-    return bounds.to_bytes(), f"{over}: read tasks skip row groups by its bounds and filter no rows"
+    wanted = [field for field in data.fields if field[0] in fields]
+    return DynamicFilteringData.from_table(wanted, data.table.select(list(fields)), null_safe=data.null_safe)
 
 
 def _comparison_error(data: DynamicFilteringData, column: str, type_name: str) -> Exception | None:
@@ -174,10 +203,17 @@ class RowFilter:
         self.data = data
         self.spec = spec
         self.counts = ReadCounts()
-        fields = {name.lower(): name for name in data.field_names}
-        # (column, its Spark SQL type, the filter field) for each data column.
-        self._columns = [(column, column_type, fields[column.lower()]) for column, column_type in spec.data_columns]
-        self._filter_rows = spec.filter_rows
+        parts = data.parts
+        owners = {name.lower(): part for part in parts for name in part.field_names}
+        # (column, its Spark SQL type, the part filtering it) for each data column the payload filters.
+        self._columns = [(column, column_type, owners[column.lower()])
+                         for column, column_type in spec.data_columns if column.lower() in owners]
+        # (part, the batch columns it compares) for each part that filters rows.
+        self._row_masks = [
+            (parts[index], [c for c in spec.mask_columns if c.lower() in {n.lower() for n in parts[index].field_names}])
+            for index in spec.row_parts
+        ]
+        self._filter_rows = bool(self._row_masks)
 
     @property
     def figures(self) -> ReadCounts:
@@ -197,8 +233,11 @@ class RowFilter:
         self.counts.rows_read += batch.num_rows
         if not self._filter_rows or batch.num_rows == 0:
             return batch
+        table = pa.Table.from_batches([batch])
         try:
-            mask = self.data.matching_mask(pa.Table.from_batches([batch.select(list(self.spec.mask_columns))]))
+            # A row must match every part; one part's "no" outweighs another's unknown (null).
+            mask = functools.reduce(pc.and_kleene, [part.matching_mask(table.select(columns))
+                                                    for part, columns in self._row_masks])
         except _FILTER_ERRORS as error:
             self._filter_rows = False
             log.warning("dynsource: cannot filter rows with dynamic filter '%s', reading them unfiltered: %s",
@@ -211,12 +250,13 @@ class RowFilter:
     def _row_group_may_match(self, row_group: pq.RowGroupMetaData, leaves: Mapping[str, _Leaf]) -> bool:
         # A row joins only if every field matches: one column whose values no key can equal rules the group out.
         return all(
-            self._column_may_match(row_group, leaves.get(column), column_type, field)
-            for column, column_type, field in self._columns
+            self._column_may_match(row_group, leaves.get(column), column_type, column, part)
+            for column, column_type, part in self._columns
         )
 
     def _column_may_match(
-        self, row_group: pq.RowGroupMetaData, leaf: _Leaf | None, column_type: str, field: str
+        self, row_group: pq.RowGroupMetaData, leaf: _Leaf | None, column_type: str, column: str,
+        part: DynamicFilteringData,
     ) -> bool:
         if leaf is None or not types.holds(leaf.type, column_type):
             return True  # statistics of values read() converts order differently from what it compares
@@ -224,13 +264,13 @@ class RowFilter:
         if statistics is None:
             return True
         maybe_null = not statistics.has_null_count or statistics.null_count > 0
-        if self.data.null_safe and maybe_null:
+        if part.null_safe and maybe_null:
             return True  # a null key matches a null value
         if not statistics.has_min_max:
             # Only an all-null chunk has nulls counted and no bounds; with `=` nulls join nothing.
             return not (statistics.has_null_count and statistics.null_count == row_group.num_rows)
         try:
-            return bool(self.data.may_overlap(field, statistics.min, statistics.max, leaf.type))
+            return bool(part.may_overlap(column, statistics.min, statistics.max, leaf.type))
         except _FILTER_ERRORS:
             return True
 

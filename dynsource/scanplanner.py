@@ -171,9 +171,13 @@ def record(
     reader: Reader | None, read_by: str = "python",
 ) -> report.ScanReport:
     """Log and save ``planned``'s report, under its ``reader``'s table (by default the one at ``path``) and its
-    handle if any; a partitioned table read whole without any filter logs a WARNING."""
+    handle if any; a partitioned table read whole without any filter by the Python reader logs a WARNING.
+
+    Spark's reader reads only for ``dynsource.sql`` and ``dynamic_join``, which already turn the query's
+    predicates on partition columns into ``partitionFilter``: a table they read whole has none to turn.
+    """
     scan = _report(planned, reader, input_partitions=input_partitions, task_figures=task_figures, read_by=read_by)
-    if not planned.dynamic and planned.options.partition_filter is None:
+    if read_by == "python" and not planned.dynamic and planned.options.partition_filter is None:
         _warn_whole_table(planned.options, reader.table if reader else None, planned.listing)
     return scan
 
@@ -193,8 +197,9 @@ def _warn_whole_table(options: ScanOptions, table: str | None, listing: Listing)
     log.warning(
         "dynsource: the scan of %s read all %d partitions. Spark does not pass a query's WHERE to a Python data "
         "source, so WHERE %s ... does not prune. To prune, give the partitionFilter option (%s), or %s, which "
-        "turns WHERE predicates on partition columns into partitionFilter. (Said once per table in each Python "
-        "worker.)", read, len(listing.partitions), column, option, sql,
+        "turns WHERE predicates on partition columns into partitionFilter (a dynsource.sql query without such a "
+        "predicate reads the table whole). (Said once per table in each Python worker.)",
+        read, len(listing.partitions), column, option, sql,
     )
 
 
@@ -214,6 +219,25 @@ def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: 
             f"Column(s) {missing} of the read schema are neither partition columns {list(listing.columns)} "
             f"nor stored in data file '{first}' (columns {sorted(stored)})."
         )
+
+
+def _part_lines(planned: PlannedScan, read_by: str) -> tuple[str, ...]:
+    """For a filter of several parts, each part's figures and what it was applied to."""
+    data = planned.data
+    if data is None or data.kind != "all":
+        return ()
+    uses = planned.row_filter.uses if planned.row_filter is not None else ()
+    partitioned = {column.lower() for column in planned.listing.columns}
+    lines = []
+    for index, part in enumerate(data.parts):
+        applied = ["directories"] if planned.applied and partitioned & {n.lower() for n in part.field_names} else []
+        use = uses[index] if index < len(uses) else ""
+        if use and read_by == "spark":
+            use = "a predicate pushed to Spark's file reader" if part.kind != "bloom" else ""
+        applied += [use] if use else []
+        lines.append(f"{', '.join(part.field_names)}: {part.kind}, {len(part):,} key(s), {part.size_bytes:,} bytes; "
+                     f"applied to {' and '.join(applied) or 'nothing in this scan (the join still filters)'}")
+    return tuple(lines)
 
 
 def _report(
@@ -254,6 +278,8 @@ def _report(
         partition_filter=options.partition_filter.text if options.partition_filter else None,
         options_digest=reader.options_digest if reader else None,
         read_by=read_by,
+        parts=_part_lines(planned, read_by),
+        task_filter_bytes=len(row_filter.payload) if row_filter is not None and read_by == "python" else None,
     )
     scan.log()
     try:

@@ -117,14 +117,16 @@ class DynsourceDataSource(DataSource):
         is still collecting; then it proceeds as ``dynamicFilterOnError`` says.
         A handle that was never published or reserved does not wait.
     rowFilterMaxKeys : str, default "2000"
-        Most keys of a dynamic filter for which the read tasks filter rows by its
-        data-column fields (openLooKeng's row-filtering threshold); above it they
-        only skip Parquet row groups. ``"0"`` turns row filtering off.
+        Most keys of a dynamic filter (of each part, for a filter of several
+        dimensions) for which the read tasks filter rows by its data-column
+        fields (openLooKeng's row-filtering threshold); above it they only skip
+        Parquet row groups. ``"0"`` turns row filtering off.
     taskFilterMaxBytes : str, default "262144" (256 KiB)
-        Most bytes of the filter copied into each read task for its data-column
-        fields (planning reads the store; read tasks never do). Over it, exact
-        keys travel as their bounds (row groups are skipped, no rows filtered)
-        and a Bloom filter does not travel; the scan report says so.
+        Most bytes of the filter (of each part) copied into each read task for
+        its data-column fields (planning reads the store; read tasks never do).
+        Over it, exact keys travel as their bounds (row groups are skipped, no
+        rows filtered) and a Bloom filter does not travel, while the other parts
+        still filter; the scan report says so.
     logLevel : str, default the driver's ``dynsource`` logger level, else ``$DYNSOURCE_LOG_LEVEL``, else "WARNING"
         Level of dynsource's log lines in Spark's Python workers, which do not
         share the driver's logging setup: ``DEBUG``, ``INFO`` (one line per

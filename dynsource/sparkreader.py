@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from dynsource import deployment, figures, files, scanplanner, storage
+from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 from dynsource.scanned import Reader
 from dynsource.scanplanner import PlannedScan, ScanPlanner
@@ -149,31 +150,32 @@ def _hadoop_opens(spark: SparkSession, url: str) -> bool:
 def _data_column_predicate(planned: PlannedScan) -> Column | None:
     """The filter's data-column fields as predicates Spark pushes into row groups (and applies to rows).
 
-    Only where the row filter would apply (the implied join makes it sound), only for exact and range
-    filters, and only on a column of the field's own type: a comparison Spark would cast could disagree with
-    the filter's own.
+    One predicate per part of the filter (a dimension's keys), ANDed. Only where the row filter would apply
+    (the implied join makes it sound), only for exact and range parts, and only on a column of the field's own
+    type: a comparison Spark would cast could disagree with the filter's own.
     """
     row_filter, data = planned.row_filter, planned.data
-    if row_filter is None or data is None or data.kind not in ("exact", "range") or not len(data):
+    if row_filter is None or data is None:
         return None
     column_types = {column.lower(): (column, type_name) for column, type_name in row_filter.data_columns}
     predicates = [
-        _column_predicate(planned, column_types[name.lower()][0], position)
-        for position, (name, type_name) in enumerate(data.fields)
+        _column_predicate(planned, part, column_types[name.lower()][0], position)
+        for part in data.parts if part.kind in ("exact", "range") and len(part)
+        for position, (name, type_name) in enumerate(part.fields)
         if column_types.get(name.lower(), (None, None))[1] == type_name
     ]
     return functools.reduce(lambda a, b: a & b, predicates) if predicates else None
 
 
-def _column_predicate(planned: PlannedScan, column: str, position: int) -> Column:
-    data, target = planned.data, F.col(f"`{column}`")
-    if data.kind == "range":
-        low, high = data.bounds
+def _column_predicate(planned: PlannedScan, part: DynamicFilteringData, column: str, position: int) -> Column:
+    target = F.col(f"`{column}`")
+    if part.kind == "range":
+        low, high = part.bounds
         matches = target.between(F.lit(low[position]), F.lit(high[position]))
     else:
-        values = data.table.column(position).unique().drop_null().to_pylist()
+        values = part.table.column(position).unique().drop_null().to_pylist()
         if len(values) <= planned.options.row_filter_max_keys:
             matches = target.isin(values)
         else:  # a long IN list costs Spark more than it skips: the bounds still skip row groups
             matches = target.between(F.lit(min(values)), F.lit(max(values)))
-    return matches | target.isNull() if data.null_safe else matches
+    return matches | target.isNull() if part.null_safe else matches

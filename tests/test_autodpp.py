@@ -245,10 +245,15 @@ def test_explain_sql_collects_and_plans_without_running_the_query(star):
     report = dynsource.explain_sql(star, PRUNED["q7_store_star"].format(fact="store_sales"))
     text = str(report)
     assert f"partitions: 20 of {DAYS} kept" in text
-    # The date keys (20) and the store keys of TN and CA (5 stores) combine into one filter of 100 rows. The
+    # The date keys (20) and the store keys of TN and CA (5 stores): one filter of two parts, 25 keys. The
     # dimensions are temporary views: named as written, without a database.
     assert ("default.store_sales (ss.ss_sold_date_sk) <- date_dim (d.d_date_sk) AND default.store_sales "
-            "(ss.ss_store_sk) <- store (s.s_store_sk): exact, 100 keys") in text
+            "(ss.ss_store_sk) <- store (s.s_store_sk): all of 2 parts, 25 keys") in text
+    lines = text.splitlines()
+    assert any(line.startswith("    part ss_sold_date_sk: exact, 20 key(s), ") and
+               line.endswith("applied to directories") for line in lines), text
+    assert any(line.startswith("    part ss_store_sk: exact, 5 key(s), ") and
+               line.endswith("applied to row groups and rows") for line in lines), text
     assert "not pruned" not in text
     # The store keys are a data column's: the read tasks would count row groups, but explain reads nothing.
     assert ("  row groups and rows (by data column(s) ['ss_store_sk']): not counted: the query was not run (explain "
@@ -299,24 +304,26 @@ def star_queries(draw) -> tuple[str, str]:
         joins.append(f"LEFT JOIN {dates} ON f.ss_sold_date_sk = d.d_date_sk AND {date}")
     elif join == "fact_null_supplied":
         return (f"{cte}SELECT d.d_moy, count(f.ss_item_sk) AS n, sum(f.ss_sales_price) AS total FROM {dates} "
-                f"LEFT JOIN {fact} ON f.ss_sold_date_sk = d.d_date_sk WHERE {date} GROUP BY d.d_moy", join)
+                f"LEFT JOIN {fact} ON f.ss_sold_date_sk = d.d_date_sk WHERE {date} GROUP BY d.d_moy", join, [])
     else:
         joins.append(f"FULL JOIN {dates} ON f.ss_sold_date_sk = d.d_date_sk")
         where.append(f"({date} OR d.d_date_sk IS NULL)")
     item, store = draw(st.sampled_from(ITEM_PREDICATES)), draw(st.sampled_from(STORE_PREDICATES))
-    if item and join not in ("fact_preserved", "full"):
+    inner = join not in ("fact_preserved", "full")
+    if item and inner:
         joins.append("JOIN item i ON f.ss_item_sk = i.i_item_sk")
         where.append(item)
-    if store and join not in ("fact_preserved", "full"):
+    if store and inner:
         joins.append(", store s")
         where += ["f.ss_store_sk = s.s_store_sk", store]
+    dimensions = [column for column, used in (("ss_item_sk", item), ("ss_store_sk", store)) if used and inner]
     joins = sorted(joins, key=lambda part: part.startswith(","))  # comma joins last: ON may not name them
     grouped = draw(st.booleans())
     select = "f.ss_store_sk, count(*) AS n, sum(f.ss_sales_price) AS total" if grouped else (
         "count(*) AS n, sum(f.ss_sales_price) AS total")
     text = f"{cte}SELECT {select} FROM {fact} {' '.join(joins)}"
     text += f" WHERE {' AND '.join(where)}" if where else ""
-    return text + (" GROUP BY f.ss_store_sk" if grouped else ""), join
+    return text + (" GROUP BY f.ss_store_sk" if grouped else ""), join, dimensions
 
 
 def test_generated_star_queries_equal_spark(star):
@@ -326,13 +333,17 @@ def test_generated_star_queries_equal_spark(star):
               suppress_health_check=[HealthCheck.too_slow])
     @given(case=star_queries())
     def check(case):
-        query, join = case
+        query, join, dimensions = case
         _, report = run(star, query, fact="store_sales_all")
         pruned = [a for a in report.assignments if a.handle is not None]
         if join in ("fact_preserved", "full"):
             assert not pruned, (query, str(report))
+        # Each filtered dimension on a data column is a part of the scan's filter (its keys add up, never multiply).
+        for column in dimensions:
+            assert pruned and f"(f.{column}) <- " in pruned[0].filter, (query, str(report))
         stats["cases"] += 1
         stats["pruned"] += bool(pruned)
+        stats["parts"] += len(pruned[0].filter.split(" AND ")) if pruned else 0
 
     check()
     print(f"generated star queries: {dict(stats)}")

@@ -902,7 +902,7 @@ def flipped(blob: bytes, index: int) -> bytes:
         (lambda blob, body: len(blob) - 32 - len(body) // 2, "checksum mismatch"),
         (lambda blob, body: len(blob) - 1, "checksum mismatch"),
         (lambda blob, body: 0, "not a dynsource filter payload"),
-        (lambda blob, body: 8, "version 257 is not supported"),
+        (lambda blob, body: 8, "version 258 is not supported"),
     ],
     ids=["header value", "header syntax", "body", "checksum", "magic", "version"],
 )
@@ -935,8 +935,8 @@ def test_foreign_data_is_not_a_payload(foreign):
 
 def test_unsupported_version(blob):
     header, body = split(blob)
-    with pytest.raises(ValueError, match=r"version 2 is not supported; supported versions: \[1\]"):
-        DynamicFilteringData.from_bytes(forge(header, body, version=2))
+    with pytest.raises(ValueError, match=r"version 3 is not supported; supported versions: \[1, 2\]"):
+        DynamicFilteringData.from_bytes(forge(header, body, version=3))
 
 
 def test_oversize_header_length_is_refused_before_reading_it():

@@ -121,13 +121,16 @@ def test_a_star_in_one_call_prunes_by_every_dimension_at_once_and_equals_the_pla
     assert same_rows(joined, expected) and joined.count() > 0
     report = dynsource.scan_report(joined)
     (assignment,) = report.assignments
-    # The partition dimension first; the two key sets combined: 3 days x 67 amounts.
+    # The partition dimension first; each key set a part of one filter: 3 days and 67 amounts.
     assert assignment.filter == f"{fact} (k) <- dimension 1 (dk) AND {fact} (amount) <- dimension 0 (amount_key)"
-    assert (assignment.keys, report.notes) == (3 * 67, ())
+    assert (assignment.keys, report.notes) == (3 + 67, ())
     (scan,) = report.scans()
     assert scan.partitions_kept == 3 and scan.data_columns == ("amount",) and scan.row_filtering
+    assert scan.parts[0].startswith("k: exact, 3 key(s), ") and scan.parts[0].endswith("applied to directories")
+    assert scan.parts[1].startswith("amount: exact, 67 key(s), ") and scan.parts[1].endswith(
+        "a predicate pushed to Spark's file reader" if scan.read_by == "spark" else "row groups and rows")
     assert assignment.collection_ms > 0
-    assert str(report).splitlines()[0] == (f"{assignment.filter}: exact, 201 keys, collected in "
+    assert str(report).splitlines()[0] == (f"{assignment.filter}: all of 2 parts, 70 keys, collected in "
                                            f"{assignment.collection_ms} ms; reads all columns")
 
 

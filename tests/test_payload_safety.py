@@ -160,7 +160,7 @@ _BOMB = ipc(pa.table({"k": pa.repeat(pa.scalar(0, pa.int32()), 8_000_000)}), com
 
 MALFORMED = {
     "wrong magic (a Parquet file)": (b"PAR1" + bytes(60), "not a dynsource filter payload"),
-    "newer version": (frame(exact_header(3, _THREE), _THREE, version=2), "version 2 is not supported"),
+    "newer version": (frame(exact_header(3, _THREE), _THREE, version=3), "version 3 is not supported"),
     "checksum mismatch": (flipped(-40), "checksum mismatch"),
     "truncated inside the prefix": (truncated(10), r"truncated: expected at least 46 bytes"),
     "truncated inside the header": (truncated(60), r"truncated: expected at least \d+ bytes for a \d+-byte header"),

@@ -209,7 +209,8 @@ def test_row_filter_max_keys_option():
 
 
 def row_filter(data, columns=(("k", "bigint"),), mask_columns=("k",), filter_rows=True) -> rowfilter.RowFilter:
-    spec = rowfilter.RowFilterSpec("dynf-" + "0" * 32, "s", b"", tuple(columns), tuple(mask_columns), filter_rows)
+    spec = rowfilter.RowFilterSpec("dynf-" + "0" * 32, "s", b"", tuple(columns), tuple(mask_columns),
+                                   (0,) if filter_rows else ())
     return rowfilter.RowFilter(data, spec)
 
 
@@ -292,7 +293,7 @@ def test_rows_filtered_and_counted_vectorized():
 def test_damaged_task_payload_filters_nothing():
     payload = bytearray(DynamicFilteringData([("k", "bigint")], [(1,)]).to_bytes())
     payload[-1] ^= 1
-    spec = rowfilter.RowFilterSpec("dynf-" + "1" * 32, "s", bytes(payload), (("k", "bigint"),), ("k",), True)
+    spec = rowfilter.RowFilterSpec("dynf-" + "1" * 32, "s", bytes(payload), (("k", "bigint"),), ("k",), (0,))
     assert rowfilter.open_row_filter(spec) is None
 
 
@@ -312,6 +313,27 @@ def test_payload_over_the_cap_travels_as_bounds_without_row_filtering():
     assert shipped.kind == "range" and shipped.bounds == ((0,), (2997,)) and not spec.filter_rows
     assert "over option 'taskFilterMaxBytes' (1024)" in reason and "filter no rows" in reason
     assert len(data.to_bytes()) > 1024 >= len(spec.payload)
+
+
+def test_each_part_is_capped_on_its_own_and_the_others_still_filter_rows(tmp_path):
+    # Three dimensions: dates on the partition column p, items on k (too many keys for the cap), stores on v.
+    dates = DynamicFilteringData([("p", "int")], [(1,)])
+    items = DynamicFilteringData([("k", "bigint")], [(value,) for value in range(20, 3020, 3)])
+    stores = DynamicFilteringData([("v", "bigint")], [(0,), (7,), (40,)])
+    spec, reason = plan(DynamicFilteringData.all_of([dates, items, stores]), partition_columns=["p"], max_bytes=1024)
+    assert spec.uses == ("", rowfilter.BOUNDS, rowfilter.ROWS) and spec.row_parts == (1,)
+    assert "task filter of k is" in reason and "filter no rows by it" in reason and spec.filter_rows
+    shipped = DynamicFilteringData.from_bytes(spec.payload)
+    assert [(part.kind, part.field_names) for part in shipped.parts] == [("range", ("k",)), ("exact", ("v",))]
+    task = rowfilter.open_row_filter(spec)
+    batch = pa.RecordBatch.from_pydict({"v": pa.array([0, 7, 8, 40, 40], pa.int64()),
+                                        "k": pa.array([20, 25, 26, 3019, 5000], pa.int64()),
+                                        "p": pa.array([1] * 5, pa.int32())})
+    # k's bounds do not filter rows: only v's keys do. Row groups are skipped by either.
+    assert task.apply(batch).column("v").to_pylist() == [0, 7, 40, 40]
+    meta = metadata(tmp_path, pa.table({"v": pa.array([0] * 10 + [1] * 10, pa.int64()),
+                                        "k": pa.array(list(range(10)) + list(range(100, 110)), pa.int64())}))
+    assert task.keep_row_groups(meta, [0, 1]) == []  # group 0: k below the bounds; group 1: no store v=1
 
 
 def test_bloom_payload_over_the_cap_does_not_travel():

@@ -9,7 +9,7 @@ import pyarrow as pa
 from pybloom_live import BloomFilter
 
 from dynsource import types
-from dynsource.filtering import bloomkeys, bounds, compare, exact, keyrows, wire
+from dynsource.filtering import bloomkeys, bounds, compare, conjunction, exact, keyrows, wire
 
 
 class DynamicFilteringData:
@@ -40,9 +40,9 @@ class DynamicFilteringData:
     fields : tuple of (str, str)
         Names and canonical Spark SQL types (:func:`dynsource.types.normalize_type`).
     field_names : tuple of str
-    kind : {"exact", "bloom", "range"}
-        The payload: the rows themselves, a Bloom filter over them, or per-field bounds.
-        Exceeded data is ``"exact"`` with no rows.
+    kind : {"exact", "bloom", "range", "all"}
+        The payload: the rows themselves, a Bloom filter over them, per-field bounds, or
+        a conjunction of such parts (:meth:`all_of`). Exceeded data is ``"exact"`` with no rows.
     table : pyarrow.Table
         Exact data only: the distinct rows, typed with :func:`dynsource.types.arrow_type`;
         empty when exceeded.
@@ -59,10 +59,11 @@ class DynamicFilteringData:
     is_filtering : bool
         False when exceeded: such data contains every row.
 
-    Notes
-    -----
+    parts : tuple of DynamicFilteringData
+        What a row must match, each part on its own fields (:meth:`all_of`); ``(data,)`` for one part.
+
     ``len(data)`` is the number of distinct rows the payload summarises (for
-    exact data, the rows it holds).
+    exact data, the rows it holds; for a conjunction, the sum of its parts').
 
     Examples
     --------
@@ -84,6 +85,9 @@ class DynamicFilteringData:
     [False, True, True, False]
     >>> span.may_overlap("day", 15, 30), span.may_overlap("day", 21, 30)
     (True, False)
+    >>> both = DynamicFilteringData.all_of([span, DynamicFilteringData([("store", "int")], [7])])
+    >>> both.kind, len(both), both.matching_mask(pa.table({"day": [12, 12], "store": [7, 8]})).to_pylist()
+    ('all', 12, [True, False])
     """
 
     def __init__(
@@ -144,14 +148,8 @@ class DynamicFilteringData:
         return cls._of(bounds.RangeKeys.from_keys(checked, keys, null_safe))
 
     @classmethod
-    def from_bloom(
-        cls,
-        fields: Sequence[tuple[str, str]],
-        bloom_filter: BloomFilter,
-        *,
-        key_count: int,
-        null_safe: bool = False,
-    ) -> DynamicFilteringData:
+    def from_bloom(cls, fields: Sequence[tuple[str, str]], bloom_filter: BloomFilter, *, key_count: int,
+                   null_safe: bool = False) -> DynamicFilteringData:
         """Bloom data: ``bloom_filter`` holds the :func:`bloom_key` of each distinct row (see :func:`add_to_bloom`).
 
         Parameters
@@ -170,15 +168,8 @@ class DynamicFilteringData:
         return cls._of(bloomkeys.BloomKeys(keyrows.check_fields(fields), bloom_filter, key_count, null_safe))
 
     @classmethod
-    def from_bounds(
-        cls,
-        fields: Sequence[tuple[str, str]],
-        lower: Sequence[Any],
-        upper: Sequence[Any],
-        *,
-        key_count: int,
-        null_safe: bool = False,
-    ) -> DynamicFilteringData:
+    def from_bounds(cls, fields: Sequence[tuple[str, str]], lower: Sequence[Any], upper: Sequence[Any], *,
+                    key_count: int, null_safe: bool = False) -> DynamicFilteringData:
         """Range data: every row lies field by field within [``lower``, ``upper``] (Spark's ``min`` and ``max``).
 
         Parameters
@@ -186,17 +177,33 @@ class DynamicFilteringData:
         fields : sequence of (str, str)
             As for the constructor.
         lower, upper : sequence
-            One value per field, converted to the field types. ``None`` in both
-            means the field holds no non-null value. Float NaN is the greatest
-            value, as in Spark's ordering (such bounds do not prune their field).
+            One value per field, converted to the field types; ``None`` in both: the field holds no
+            non-null value. Float NaN is the greatest value, as in Spark (such bounds do not prune).
         key_count : int
             How many distinct rows the bounds summarise (``len()`` of the data).
         null_safe : bool, default False
-            The rows may hold nulls, which match null candidates (``<=>``): a
-            null candidate is then always kept, the bounds not telling whether
-            some row holds one.
+            The rows may hold nulls, which match null candidates (``<=>``): a null candidate is
+            then always kept, the bounds not telling whether some row holds one.
         """
         return cls._of(bounds.RangeKeys(keyrows.check_fields(fields), lower, upper, key_count, null_safe))
+
+    @classmethod
+    def all_of(cls, parts: Sequence[DynamicFilteringData]) -> DynamicFilteringData:
+        """The filter keeping a row when every part keeps it (kind ``"all"``), for parts over distinct fields.
+
+        Exceeded parts keep every row and are left out; one part left is itself.
+        Raises ``ValueError`` when two parts share a field (ignoring case).
+        """
+        filtering = [each._keys for part in parts if part.is_filtering for each in part.parts]
+        if len(filtering) < 2:
+            return parts[0] if not filtering else cls._of(filtering[0])
+        return cls._of(conjunction.AllKeys(filtering))
+
+    @property
+    def parts(self) -> tuple[DynamicFilteringData, ...]:
+        if isinstance(self._keys, conjunction.AllKeys):
+            return tuple(DynamicFilteringData._of(part) for part in self._keys.parts)
+        return (self,)
 
     @classmethod
     def _of(cls, keys: keyrows.Keys, exceed_threshold: bool = False) -> DynamicFilteringData:
@@ -373,15 +380,7 @@ class DynamicFilteringData:
 
     def to_bytes(self) -> bytes:
         """The payload as versioned, checksummed bytes (the format is :mod:`dynsource.filtering.wire`'s)."""
-        header: dict[str, Any] = {
-            "kind": self.kind,
-            "fields": [list(field) for field in self.fields],
-            "exceed_threshold": self.exceed_threshold,
-            "null_safe": self.null_safe,
-            "row_count": len(self),
-            **self._keys.header(),
-        }
-        return wire.encode(header, self._keys.body())
+        return wire.encode_keys(self._keys, self.exceed_threshold)
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> DynamicFilteringData:
@@ -395,6 +394,4 @@ class DynamicFilteringData:
         return cls._of(keys, header["exceed_threshold"])
 
 
-_KINDS: dict[str, type[keyrows.Keys]] = {
-    kind.kind: kind for kind in (exact.ExactKeys, bloomkeys.BloomKeys, bounds.RangeKeys)
-}
+_KINDS: dict[str, type[keyrows.Keys]] = {**conjunction.PART_KINDS, conjunction.AllKeys.kind: conjunction.AllKeys}

@@ -15,7 +15,8 @@ from dynsource import types
 if TYPE_CHECKING:
     from pybloom_live import BloomFilter
 
-KINDS = ("exact", "bloom", "range")
+KINDS = ("exact", "bloom", "range")  # what a collector builds
+PAYLOAD_KINDS = (*KINDS, "all")  # and a conjunction of them
 Fields = tuple[tuple[str, str], ...]
 Candidate = tuple[str, tuple[str, str]]  # a candidate column and the field it is compared with
 

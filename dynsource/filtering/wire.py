@@ -3,7 +3,11 @@
 The body is an Arrow IPC stream of the rows (exact) or of two rows, the lower
 and the upper bounds (range), or the Bloom filter's bit array, little-endian bit
 order, whose length follows from the ``capacity`` and ``fpp`` in the header
-(bloom).
+(bloom), or the payloads of a conjunction's parts one after the other, their
+lengths in the header (all).
+
+Version 2 added the conjunction; a version 1 payload (one exact, Bloom or range
+filter, the same header and body) still decodes.
 
 Only JSON, Arrow IPC and a bit array are parsed: nothing in a blob is imported
 or run. Sizes are checked before anything is allocated for them: a Bloom
@@ -30,10 +34,10 @@ from dynsource.filtering import bloomkeys, keyrows
 MAGIC = b"\x89DYNFLT\n"
 
 
-VERSION = 1
+VERSION = 2
 
 
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
 
 
 MAX_HEADER_BYTES = 1 << 20
@@ -56,7 +60,9 @@ _HEADER_KEYS: dict[str, tuple[type, str]] = {
 
 
 # Keys only some kinds have: a Bloom filter's sizing, from which its bit-array length follows.
-_KIND_HEADER_KEYS: dict[str, dict[str, tuple[type, str]]] = {"bloom": {"bloom": (dict, "an object")}}
+_KIND_HEADER_KEYS: dict[str, dict[str, tuple[type, str]]] = {
+    "bloom": {"bloom": (dict, "an object")}, "all": {"parts": (list, "a list")},
+}
 
 
 def ipc_bytes(table: pa.Table) -> bytes:
@@ -96,8 +102,9 @@ def _parse_header(raw: bytes) -> dict[str, Any]:
     except (ValueError, RecursionError) as error:
         raise ValueError(f"Filter payload header is not valid UTF-8 JSON: {error}") from error
     kind = header.get("kind") if isinstance(header, dict) else None
-    if isinstance(kind, str) and kind not in keyrows.KINDS:
-        raise ValueError(f"Filter payload kind '{kind}' is not supported; supported kinds: {list(keyrows.KINDS)}.")
+    if isinstance(kind, str) and kind not in keyrows.PAYLOAD_KINDS:
+        raise ValueError(
+            f"Filter payload kind '{kind}' is not supported; supported kinds: {list(keyrows.PAYLOAD_KINDS)}.")
     expected_keys = {**_HEADER_KEYS, **(_KIND_HEADER_KEYS.get(kind, {}) if isinstance(kind, str) else {})}
     if not isinstance(header, dict) or set(header) != set(expected_keys):
         keys = sorted(header) if isinstance(header, dict) else type(header).__name__
@@ -249,6 +256,15 @@ def check_rows(header: dict[str, Any], table: pa.Table) -> None:
         )
     if header["exceed_threshold"] and table.num_rows:
         raise ValueError(f"Filter payload is marked exceeded but carries {table.num_rows} rows.")
+
+
+def encode_keys(keys: keyrows.Keys, exceed_threshold: bool = False) -> bytes:
+    """The payload of ``keys``: the header every kind has, the kind's own entries, its body."""
+    header = {
+        "kind": keys.kind, "fields": [list(field) for field in keys.fields], "exceed_threshold": exceed_threshold,
+        "null_safe": keys.null_safe, "row_count": keys.key_count, **keys.header(),
+    }
+    return encode(header, keys.body())
 
 
 def encode(header: dict[str, Any], body: bytes) -> bytes:
