@@ -43,7 +43,6 @@ from dynsource import benefit, catalog, collector, names, pins, sqltree, starjoi
 from dynsource import store as filter_store
 from dynsource.filtering import DynamicFilteringData
 from dynsource.frames import Frames
-from dynsource.levels import Level
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scanplanner import plan_scan
@@ -129,7 +128,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
-            assignment, notes = _assign(spark, scan, prunings, columns, shape.top, result, fallback_filter_ratio)
+            assignment, notes = _assign(spark, scan, prunings, columns, shape, result, fallback_filter_ratio)
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
             options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
@@ -166,9 +165,9 @@ def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefiniti
 
 
 def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
-            columns: Mapping[str, str], level: Level | None, result: Plan,
+            columns: Mapping[str, str], survey: benefit.Survey, result: Plan,
             ratio: float) -> tuple[Assignment, list[str]]:
-    """The filter of ``scan``: its prunings worth applying, combined (those on ``level``'s column first), and notes.
+    """The filter of ``scan``: its prunings worth applying (judged on ``survey``), combined, and notes.
 
     The dimension sources of the applied prunings join ``result.pinned``.
     """
@@ -177,7 +176,7 @@ def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoi
     candidates = [benefit.Candidate(str(p), p.fact_columns,
                                     functools.partial(_collect, spark, p, columns, result, snapshots))
                   for p in prunings]
-    choice = benefit.worth_applying(candidates, level, ratio)
+    choice = benefit.worth_applying(candidates, survey, ratio)
     notes = [f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []

@@ -1,9 +1,14 @@
-"""The benefit check of a dynamic filter, as Spark's ``fallbackFilterRatio``: skip a filter that keeps most partitions.
+"""The benefit check of a dynamic filter: skip a filter that keeps most partitions, or nearly every row.
 
-It is judged on the fact table's top-level partition directories, which
-:func:`survey` lists (the enumerator's walk, with its checks, down one branch:
-the same walk tells the partition columns). A filter that does not constrain the
-first partition column is assumed to pay. :func:`worth_applying` applies the
+A filter on the first partition column is judged on the fact table's top-level
+partition directories, as Spark's ``fallbackFilterRatio``: it must drop at least
+half of them. A filter on data columns only is judged, as Trino drops a dynamic
+filter that is not selective, on the rows of one data file: a filter keeping
+more than ``DATA_COLUMN_RATIO`` of them (a dimension's keys covering nearly every
+value of the fact column) would cost every read more than it saves. :func:`survey`
+lists the directories and finds that file (the enumerator's walk, with its
+checks, down one branch: the same walk tells the partition columns). Any other
+filter is assumed to pay. :func:`worth_applying` applies the
 check to each dimension's filter and makes those that pay the parts of the scan's
 one filter (:meth:`DynamicFilteringData.all_of`: a row must match every part),
 for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
@@ -11,6 +16,7 @@ for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,20 +24,38 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dynsource import files
-from dynsource.enumerator import PartitionEnumerator
+from dynsource.enumerator import Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level, PartitionTyping
 from dynsource.options import ScanOptions
 
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
+DATA_COLUMN_RATIO = 0.9  # a filter on data columns keeping more of a sampled file's rows does not pay
+MIN_SAMPLE_ROWS = 100  # fewer rows judge nothing
 
 
 @dataclass(frozen=True)
 class Survey:
-    """What one walk down the fact table's first branch tells: its partition columns and its typed top level."""
+    """What a walk of the fact table tells: its partition columns and its typed top level (``survey``'s walk), and
+    when a filter on data columns asks, the rows of the first data file down the first branch."""
 
-    columns: tuple[str, ...]
+    fact: ScanOptions
+    column_types: Mapping[str, str]
+    columns: tuple[str, ...]  # the partition columns (only the top one when the walk was shallow)
     top: Level | None  # None when the table is not partitioned
+    branch: Listing | None = None  # the walk down the first branch, when survey() made it
+
+    @functools.cached_property
+    def first_branch(self) -> Listing:
+        return self.branch or _walk(self.fact, self.column_types, deep=True)[1]
+
+    def sample(self, columns: Sequence[str]) -> pa.Table | None:
+        """``columns`` of the first data file of the first branch, or None when the table has none."""
+        first = next((f.path for p in self.first_branch.partitions for f in p.files), None)
+        if first is None:
+            return None
+        fs, _ = files.open_table(self.fact.path, self.fact.storage_options)
+        return files.read_columns(first, files.arrow_filesystem(fs), self.fact.format, columns)
 
 
 def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = True) -> Survey:
@@ -39,6 +63,11 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
 
     ``deep=False`` lists the top level only (one listing); ``Survey.columns`` then names its column alone.
     """
+    levels, listing = _walk(fact, column_types, deep)
+    return Survey(fact, column_types, listing.columns, levels[0] if levels else None, listing if deep else None)
+
+
+def _walk(fact: ScanOptions, column_types: Mapping[str, str], deep: bool) -> tuple[list[Level], Listing]:
     levels: list[Level] = []
 
     def first_only(level: Level) -> list[bool]:
@@ -46,14 +75,19 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
         return [deep and index == 0 for index in range(len(level.raw_rows))]
 
     enumerator = PartitionEnumerator(*files.open_table(fact.path, fact.storage_options))
-    listing = enumerator.enumerate(first_only, PartitionTyping(column_types))
-    return Survey(listing.columns, levels[0] if levels else None)
+    return levels, enumerator.enumerate(first_only, PartitionTyping(column_types))
 
 
-def no_benefit(data: DynamicFilteringData, level: Level | None, ratio: float) -> str | None:
-    """Why filtering with ``data`` would not pay on the fact's top ``level``; None when it does."""
-    if not data.is_filtering or level is None:
+def no_benefit(data: DynamicFilteringData, survey: Survey | None, ratio: float) -> str | None:
+    """Why filtering with ``data`` would not pay on the fact ``survey`` tells of; None when it does."""
+    if not data.is_filtering or survey is None:
         return None  # an exceeded filter reads everything anyway, and the scan report says so
+    return _partitions_kept(data, survey.top, ratio) or _rows_kept(data, survey)
+
+
+def _partitions_kept(data: DynamicFilteringData, level: Level | None, ratio: float) -> str | None:
+    if level is None:
+        return None
     column = level.columns[0]
     if column.lower() not in {name.lower() for name in data.field_names}:
         return None
@@ -66,6 +100,27 @@ def no_benefit(data: DynamicFilteringData, level: Level | None, ratio: float) ->
             "so it is not worth applying (fallback_filter_ratio)"
         )
     return None
+
+
+def _rows_kept(data: DynamicFilteringData, survey: Survey) -> str | None:
+    fields = {name.lower() for name in data.field_names}
+    # A filter on partition columns prunes directories and is judged by them; the top level tells its column
+    # without a walk, the first branch the deeper ones.
+    if fields & {column.lower() for column in survey.columns}:
+        return None
+    try:
+        if fields & {column.lower() for column in survey.first_branch.columns}:
+            return None
+        rows = survey.sample(data.field_names)
+        if rows is None or rows.num_rows < MIN_SAMPLE_ROWS:
+            return None
+        kept = pc.sum(pc.fill_null(data.matching_mask(rows), True)).as_py() or 0
+    except (OSError, TypeError, ValueError, pa.ArrowException):
+        return None  # a file that cannot tell is no reason to decline
+    if kept <= DATA_COLUMN_RATIO * rows.num_rows:
+        return None
+    return (f"the filter keeps {kept} of {rows.num_rows} rows of a data file by data column(s) "
+            f"{list(data.field_names)} (more than {DATA_COLUMN_RATIO:.0%}), so it is not worth applying")
 
 
 @dataclass(frozen=True)
@@ -94,14 +149,14 @@ class Choice:
         return f"all of {len(self.data.parts)} parts" if self.data.kind == "all" else self.data.kind
 
 
-def worth_applying(candidates: Sequence[Candidate], level: Level | None, ratio: float) -> Choice:
+def worth_applying(candidates: Sequence[Candidate], survey: Survey | None, ratio: float) -> Choice:
     """Collect each candidate (those on the fact's first partition column first), keep those that pay, conjoin them."""
-    first = level.columns[0].lower() if level is not None else None
+    first = survey.columns[0].lower() if survey is not None and survey.columns else None
     ordered = sorted(candidates, key=lambda c: first not in {column.lower() for column in c.fact_columns})
     worth, declined = [], []
     for candidate in ordered:
         data, reason = candidate.collect()
-        reason = reason or no_benefit(data, level, ratio)
+        reason = reason or no_benefit(data, survey, ratio)
         if reason is None:
             worth.append((candidate.label, data))
         else:

@@ -62,6 +62,13 @@ def file_schema(path: str, fs: pafs.FileSystem, format_name: str) -> pa.Schema:
         raise ValueError(f"Cannot read the schema of data file '{path}' as {format_name}: {error}") from None
 
 
+def read_columns(path: str, fs: pafs.FileSystem, format_name: str, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of one data file (a sample of the table's rows)."""
+    if format_name == "json":
+        return _read_json(path, fs).select(list(columns))
+    return file_format(format_name).make_fragment(path, filesystem=fs).to_table(columns=list(columns))
+
+
 def _int96_as_instants(parquet_schema: pq.ParquetSchema, schema: pa.Schema) -> pa.Schema:
     # INT96 carries no time-zone flag, but Spark reads it as an instant (timestamp, not timestamp_ntz).
     columns = [parquet_schema.column(i) for i in range(len(parquet_schema))]

@@ -338,9 +338,12 @@ def test_generated_star_queries_equal_spark(star):
         pruned = [a for a in report.assignments if a.handle is not None]
         if join in ("fact_preserved", "full"):
             assert not pruned, (query, str(report))
-        # Each filtered dimension on a data column is a part of the scan's filter (its keys add up, never multiply).
+        # Each filtered dimension on a data column is a part of the scan's filter (its keys add up, never multiply),
+        # unless it keeps nearly every row: then the report says it does not pay.
         for column in dimensions:
-            assert pruned and f"(f.{column}) <- " in pruned[0].filter, (query, str(report))
+            declined = any(f"(f.{column}) <- " in note and "not worth applying" in note for note in report.notes)
+            assert declined or (pruned and f"(f.{column}) <- " in pruned[0].filter), (query, str(report))
+            stats["declined"] += declined
         stats["cases"] += 1
         stats["pruned"] += bool(pruned)
         stats["parts"] += len(pruned[0].filter.split(" AND ")) if pruned else 0

@@ -162,3 +162,37 @@ def test_a_damaged_conjunction_is_refused_with_its_reason():
         DynamicFilteringData.from_bytes(_conjunction_blob([days, exceeded]))
     with pytest.raises(ValueError, match="does not describe its parts"):
         DynamicFilteringData.from_bytes(_conjunction_blob([days, stores], row_count=5))
+
+
+# --- the benefit check of a filter on data columns (no Spark) ---------------------------------------
+
+
+@pytest.fixture
+def fact(tmp_path):
+    """A fact partitioned by day (two days) whose data column item holds 0..299 in every file."""
+    import pyarrow.parquet as pq
+
+    for day in (1, 2):
+        directory = tmp_path / f"day={day}"
+        directory.mkdir()
+        pq.write_table(pa.table({"item": pa.array(range(300), pa.int32())}), directory / "part-0.parquet")
+    return tmp_path
+
+
+def test_a_data_column_filter_keeping_nearly_every_row_is_declined_and_a_selective_one_applied(fact):
+    from dynsource import benefit
+    from dynsource.options import ScanOptions
+
+    shallow = benefit.survey(ScanOptions.parse({"path": str(fact)}), {"day": "int", "item": "int"}, deep=False)
+    every_item = DynamicFilteringData([("item", "int")], [(value,) for value in range(290)])
+    reason = benefit.no_benefit(every_item, shallow, 0.5)
+    assert reason == ("the filter keeps 290 of 300 rows of a data file by data column(s) ['item'] (more than 90%), "
+                      "so it is not worth applying")
+    assert benefit.no_benefit(DynamicFilteringData([("item", "int")], [(1,), (2,)]), shallow, 0.5) is None
+    # A filter on the partition column is judged by its directories (both days kept: more than half).
+    days = DynamicFilteringData([("day", "int")], [(1,), (2,)])
+    assert "keeps 2 of 2 partitions of 'day'" in benefit.no_benefit(days, shallow, 0.5)
+    applied = benefit.worth_applying([benefit.Candidate("items", ["item"], lambda: (every_item, None)),
+                                      benefit.Candidate("days", ["day"], lambda: (days, None))], shallow, 0.5)
+    # The filter on the first partition column is collected and judged first.
+    assert applied.data is None and [label for label, _ in applied.declined] == ["days", "items"]
