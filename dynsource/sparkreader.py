@@ -16,12 +16,21 @@ The reader option ``reader`` chooses: ``python`` is dynsource's Python reader
 where it can open the table, Parquet or ORC, in a classic session, else the Python one. Spark
 Connect plans on the server, which is what reaches the storage, so ``auto``
 keeps the Python reader there.
+
+Spark's file index looks up every file it is handed (in a Spark job past
+``spark.sql.sources.parallelPartitionDiscovery.threshold``, 32 paths), as a
+fresh ``spark.read.parquet`` lists its table. A warm session reuses a DataFrame
+whose files Spark has listed; so does :func:`read`: the DataFrame of the same
+kept files (every path and size equal, so an added, removed or rewritten file
+makes a new one) and read settings is reused, the newest ``LISTED_KEPT`` of a session.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import urllib.parse
+import weakref
 from collections.abc import Mapping, Sequence
 
 import fsspec
@@ -38,6 +47,9 @@ from dynsource.scanplanner import PlannedScan, ScanPlanner
 # Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).
 _AUTO_FORMATS = ("parquet", "orc")
 _GLOB = set("{}[]*?\\")  # a path with these is a pattern to Spark's reader, not a name
+LISTED_KEPT = 32
+_LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
+    weakref.WeakKeyDictionary())
 
 
 def choose(spark: SparkSession, options: ScanOptions) -> tuple[str, str]:
@@ -95,17 +107,32 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
                        read_by="spark")
     if not paths:
         return spark.createDataFrame([], _projected(table_schema, columns))
-    reader = spark.read.format(options.format).schema(table_schema).option("basePath", _base_url(options))
-    if options.time_zone is not None:  # of timestamp partition values; Spark's default is the session's zone
-        reader = reader.option("timeZone", options.time_zone)
-    if options.format == "csv":
-        reader = reader.option("header", "true")  # pyarrow's CSV reader, the Python reader's, takes a header row
-    df = reader.load(paths)
+    df = _listed(spark, options, table_schema, paths, [f.size for p in planned.listing.partitions for f in p.files])
     predicate = _data_column_predicate(planned)
     if predicate is not None:
         df = df.where(predicate)
     # Spark puts partition columns after the data columns; the table's schema may order them otherwise.
     return df.select(*_quoted(_projected(table_schema, columns).names, df))
+
+
+def _listed(spark: SparkSession, options: ScanOptions, table_schema: StructType, paths: list[str],
+            sizes: list[int]) -> DataFrame:
+    """Spark's DataFrame of ``paths`` (their files listed by Spark once), reused while the files are the same."""
+    files_kept = tuple(zip(paths, sizes, strict=True))
+    key = (options.format, _base_url(options), options.time_zone, table_schema.json(), files_kept)
+    kept = _LISTED.setdefault(spark, collections.OrderedDict())
+    if key in kept:
+        kept.move_to_end(key)
+        return kept[key]
+    reader = spark.read.format(options.format).schema(table_schema).option("basePath", key[1])
+    if options.time_zone is not None:  # of timestamp partition values; Spark's default is the session's zone
+        reader = reader.option("timeZone", options.time_zone)
+    if options.format == "csv":
+        reader = reader.option("header", "true")  # pyarrow's CSV reader, the Python reader's, takes a header row
+    kept[key] = reader.load(paths)
+    while len(kept) > LISTED_KEPT:
+        kept.popitem(last=False)
+    return kept[key]
 
 
 def _projected(schema: StructType, columns: Sequence[str] | None) -> StructType:

@@ -118,3 +118,20 @@ def test_a_path_spark_reads_as_a_pattern_falls_back_to_the_python_reader(spark, 
 
 def _plan(df) -> str:
     return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_the_dataframe_of_the_same_kept_files_is_reused_and_a_changed_file_is_read_again(spark, tmp_path):
+    root = write_sales(tmp_path / "sales")
+    east = {"partitionFilter": "region = 'east'"}
+    first, again = read_by_spark(spark, root, **east), read_by_spark(spark, root, **east)
+    listed = sparkreader._LISTED[spark]
+    # One DataFrame of the kept files (Spark looked them up once); another set of files is another DataFrame.
+    assert len({key for key in listed if all("region=east" in path for path, _ in key[-1])}) == 1
+    assert rows(first) == rows(again) and len(rows(first)) == 3
+    before = len(listed)
+    assert len(rows(read_by_spark(spark, root))) == 6 and len(listed) == before + 1
+    # A file added to a kept partition changes the key: it is read.
+    pq.write_table(pa.table({"amount": [9.5], "item": pa.array([7], pa.int32())}),
+                   f"{root}/day=2024-01-02/region=east/extra.parquet")
+    assert sorted(row.item for row in rows(first)) == [2, 3, 3]
+    assert sorted(row.item for row in rows(read_by_spark(spark, root, **east))) == [2, 3, 3, 7]
