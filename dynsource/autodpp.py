@@ -123,8 +123,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         by_scan[pruning.fact].append(pruning)
     for scan, prunings in by_scan.items():
         definition, columns = definitions[scan.table], tables[scan.table].columns
-        shape = (benefit.survey(definition.scan_options, columns, deep=bool(scan.predicates))
-                 if prunings or scan.predicates else None)
+        # Deep: the partition columns for the predicates, and the first data file a data-column filter is judged on.
+        shape = benefit.survey(definition.scan_options, columns) if prunings or scan.predicates else None
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
