@@ -90,7 +90,8 @@ def run_query(fn) -> tuple[float, list | None, str | None]:
     try:
         rows = fn()
     except Exception as error:  # a query Spark cannot run is counted, not fatal
-        return time.perf_counter() - started, None, str(error).splitlines()[0][:200]
+        message = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        return time.perf_counter() - started, None, message[:200]
     return time.perf_counter() - started, rows, None
 
 

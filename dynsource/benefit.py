@@ -31,7 +31,7 @@ from dynsource.options import ScanOptions
 
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
 DATA_COLUMN_RATIO = 0.9  # a filter on data columns keeping more of a sampled file's rows does not pay
-MIN_SAMPLE_ROWS = 100  # fewer rows judge nothing
+MIN_SAMPLE_ROWS = 30  # fewer judge nothing; 30 rows all kept by a filter keeping 90% happen 4% of the time
 
 
 @dataclass(frozen=True)
