@@ -345,6 +345,12 @@ class _Select:
         selective = any(sqltree.selective_predicate(p) for p in predicates)
         if isinstance(source, Scope):  # a subquery, or a CTE (named by a Table node)
             selective = selective or sqltree.selective(source.expression)
+        info = self.tables.get(sqltree.table_name(node)) if isinstance(source, exp.Table) else None
+        if not selective and info is not None and info.dynsource:
+            # Counting whether it is small would read another fact (TPC-DS q17's store_returns beside store_sales).
+            self.refusals.append(Refusal(fact, f"{sqltree.shown_name(node)}: a dynsource table without a selective "
+                                               "predicate is another fact, not a small dimension"))
+            return
         keys = [e.key for e in equalities]
         keyed = exp.select(*[exp.alias_(key.copy(), f"k{i}") for i, key in enumerate(keys)]).from_(node.copy())
         if predicates:
