@@ -9,7 +9,11 @@ the kept files to Spark's built-in file source, with ``basePath`` at the
 table's root and the table's stored schema, so Spark types the partition
 values as the table declares them and lists nothing but those files.
 Data-column filter fields become predicates Spark pushes into Parquet and ORC
-row groups (an ``IN`` list per column, or its bounds past ``rowFilterMaxKeys``).
+row groups: an ``IN`` list per column, or its bounds past ``rowFilterMaxKeys`` keys
+and, for Parquet, past ``spark.sql.parquet.pushdown.inFilterThreshold`` (10), where
+Spark pushes an ``IN`` list to Parquet as its bounds anyway (only the row groups'
+min/max are compared) while every long list costs its optimizer and each row a
+lookup the join makes again.
 
 The reader option ``reader`` chooses: ``python`` is dynsource's Python reader
 (``spark.read.format("dynsource...")``), ``spark`` Spark's, and ``auto`` Spark's
@@ -47,6 +51,7 @@ from dynsource.scanplanner import PlannedScan, ScanPlanner
 # Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).
 _AUTO_FORMATS = ("parquet", "orc")
 _GLOB = set("{}[]*?\\")  # a path with these is a pattern to Spark's reader, not a name
+_PARQUET_IN_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
     weakref.WeakKeyDictionary())
@@ -108,7 +113,7 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     if not paths:
         return spark.createDataFrame([], _projected(table_schema, columns))
     df = _listed(spark, options, table_schema, paths, [f.size for p in planned.listing.partitions for f in p.files])
-    predicate = _data_column_predicate(planned)
+    predicate = _data_column_predicate(planned, _in_list_cap(spark, options))
     if predicate is not None:
         df = df.where(predicate)
     # Spark puts partition columns after the data columns; the table's schema may order them otherwise.
@@ -174,7 +179,14 @@ def _hadoop_opens(spark: SparkSession, url: str) -> bool:
         return False
 
 
-def _data_column_predicate(planned: PlannedScan) -> Column | None:
+def _in_list_cap(spark: SparkSession, options: ScanOptions) -> int:
+    """Most keys of a pushed ``IN`` list: past them, a column's bounds (see the module's docstring)."""
+    if options.format != "parquet":
+        return options.row_filter_max_keys
+    return min(options.row_filter_max_keys, int(spark.conf.get(_PARQUET_IN_THRESHOLD, "10")))
+
+
+def _data_column_predicate(planned: PlannedScan, in_list_cap: int) -> Column | None:
     """The filter's data-column fields as predicates Spark pushes into row groups (and applies to rows).
 
     One predicate per part of the filter (a dimension's keys), ANDed. Only where the row filter would apply
@@ -186,7 +198,7 @@ def _data_column_predicate(planned: PlannedScan) -> Column | None:
         return None
     column_types = {column.lower(): (column, type_name) for column, type_name in row_filter.data_columns}
     predicates = [
-        _column_predicate(planned, part, column_types[name.lower()][0], position)
+        _column_predicate(part, column_types[name.lower()][0], position, in_list_cap)
         for part in data.parts if part.kind in ("exact", "range") and len(part)
         for position, (name, type_name) in enumerate(part.fields)
         if column_types.get(name.lower(), (None, None))[1] == type_name
@@ -194,15 +206,15 @@ def _data_column_predicate(planned: PlannedScan) -> Column | None:
     return functools.reduce(lambda a, b: a & b, predicates) if predicates else None
 
 
-def _column_predicate(planned: PlannedScan, part: DynamicFilteringData, column: str, position: int) -> Column:
+def _column_predicate(part: DynamicFilteringData, column: str, position: int, in_list_cap: int) -> Column:
     target = F.col(f"`{column}`")
     if part.kind == "range":
         low, high = part.bounds
         matches = target.between(F.lit(low[position]), F.lit(high[position]))
     else:
         values = part.table.column(position).unique().drop_null().to_pylist()
-        if len(values) <= planned.options.row_filter_max_keys:
+        if len(values) <= in_list_cap:
             matches = target.isin(values)
-        else:  # a long IN list costs Spark more than it skips: the bounds still skip row groups
+        else:
             matches = target.between(F.lit(min(values)), F.lit(max(values)))
     return matches | target.isNull() if part.null_safe else matches

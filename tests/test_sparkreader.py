@@ -77,6 +77,22 @@ def test_a_dynamic_filter_on_a_data_column_is_pushed_to_spark_and_reported(spark
     assert "a predicate pushed to Spark's file reader" in str(report)
 
 
+def test_a_data_column_filter_past_sparks_parquet_in_threshold_is_pushed_as_its_bounds(spark, tmp_path):
+    # Past spark.sql.parquet.pushdown.inFilterThreshold Spark gives Parquet only an IN list's bounds anyway.
+    root = write_sales(tmp_path / "sales")
+    keys = [(1,), (3,), *((value,) for value in range(100, 120))]
+    handle = dynsource.publish(dynsource.DynamicFilteringData([("item", "int")], keys))
+    by_spark = read_by_spark(spark, root, dynamicFilter=handle)
+    assert sorted(row.item for row in rows(by_spark)) == [1, 1, 2, 2, 3, 3]  # 2 lies within the bounds: kept
+    assert "PushedFilters: [IsNotNull(item), GreaterThanOrEqual(item,1), LessThanOrEqual(item,119)]" in _plan(by_spark)
+    spark.conf.set("spark.sql.parquet.pushdown.inFilterThreshold", "30")
+    try:
+        listed = read_by_spark(spark, root, dynamicFilter=handle)
+        assert sorted(row.item for row in rows(listed)) == [1, 1, 3, 3] and "In(item, [1,100," in _plan(listed)
+    finally:
+        spark.conf.unset("spark.sql.parquet.pushdown.inFilterThreshold")
+
+
 def test_dynsource_sql_reads_registered_tables_by_the_chosen_reader(spark, tmp_path, definitions):
     root = write_sales(tmp_path / "sales")
     dynsource.register_table(spark, "reader_auto", path=root, definitions=definitions)
