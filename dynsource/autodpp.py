@@ -12,7 +12,8 @@ Names are resolved as Spark resolves them (:mod:`dynsource.names`). The rows a
 dimension's keys are collected from are read once into a snapshot that the
 rewritten query reads in the dimension's place (:mod:`dynsource.pins`), so
 every action on the returned DataFrame joins the very dimension rows whose keys
-pruned the fact. The rewrite refers to DataFrames (the snapshots, the fact
+pruned the fact. A query's dimensions are collected concurrently, each once,
+within a time budget (:mod:`dynsource.dimensions`). The rewrite refers to DataFrames (the snapshots, the fact
 scans) by placeholder names that :class:`dynsource.frames.Frames` hands to
 ``spark.sql``, which leaves no temporary view behind.
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot.errors import SqlglotError
 
-from dynsource import benefit, catalog, collector, names, pins, sqltree, starjoin
+from dynsource import benefit, catalog, dimensions, names, pins, sqltree, starjoin
 from dynsource import store as filter_store
 from dynsource.filtering import DynamicFilteringData
 from dynsource.frames import Frames
@@ -49,10 +49,6 @@ from dynsource.scanplanner import plan_scan
 from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
-
-# A dimension side without a selective predicate still prunes when it is this small (Spark's DPP and runtime
-# filters also accept a small creation side); its keys are then collected exactly.
-SMALL_RELATION_ROWS = 10_000
 
 
 @dataclass
@@ -67,7 +63,6 @@ class Plan:
     # Every scan of a dynsource table, with the reader options that prune it (dynamicFilter, partitionFilter) if any.
     reads: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
     pinned: list[pins.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
-    snapshots: dict[tuple[int, int], str] = field(default_factory=dict)  # a source's text span -> its snapshot
 
     @property
     def report(self) -> QueryReport:
@@ -102,11 +97,12 @@ class Plan:
 
 
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
-         fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO) -> Plan:
+         fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
+         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
-    Runs the dimension queries (Spark jobs), not the query itself. ``frames``
-    are the DataFrames ``query`` names by placeholders.
+    Runs the dimension queries (Spark jobs), not the query itself, spending at
+    most ``timeout_ms`` on them. ``frames`` are the DataFrames ``query`` names by placeholders.
     """
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
     try:
@@ -121,14 +117,33 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
+    with dimensions.Dimensions(spark, result.frames, timeout_ms) as collections:
+        for pruning in detection.prunings:
+            types = tables[pruning.fact.table].columns
+            collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
+        _plan_reads(by_scan, tables, definitions, collections, result, fallback_filter_ratio)
+    if not detection.prunings and not result.notes:
+        result.notes.append("no join of a dynsource table with a filtered dimension was found")
+    return result
+
+
+def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], tables: Mapping[str, starjoin.TableInfo],
+                definitions: Mapping[str, catalog.TableDefinition], collections: dimensions.Dimensions, result: Plan,
+                ratio: float) -> None:
+    """Each scan's read options (its filters worth applying, its partition predicates) and report, into ``result``."""
+    surveys: dict[str, benefit.Survey] = {}  # one walk per table, however many times the query reads it
     for scan, prunings in by_scan.items():
         definition, columns = definitions[scan.table], tables[scan.table].columns
-        # Deep: the partition columns for the predicates, and the first data file a data-column filter is judged on.
-        shape = benefit.survey(definition.scan_options, columns) if prunings or scan.predicates else None
+        shape = None
+        if prunings or scan.predicates:
+            # Deep: the partition columns for the predicates, and the first data file a data-column filter is judged on.
+            if scan.table not in surveys:
+                surveys[scan.table] = benefit.survey(definition.scan_options, columns)
+            shape = surveys[scan.table]
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
-            assignment, notes = _assign(spark, scan, prunings, columns, shape, result, fallback_filter_ratio)
+            assignment, notes = _assign(scan, prunings, shape, collections, result, ratio)
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
             options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
@@ -139,9 +154,6 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         if prunings or static is not None:
             result.assignments.append(assignment)
         result.notes += notes
-    if not detection.prunings and not result.notes:
-        result.notes.append("no join of a dynsource table with a filtered dimension was found")
-    return result
 
 
 def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,
@@ -164,57 +176,29 @@ def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefiniti
     return " AND ".join(f"({text})" for text in [*stored, *kept])
 
 
-def _assign(spark: SparkSession, scan: starjoin.FactScan, prunings: list[starjoin.Pruning],
-            columns: Mapping[str, str], survey: benefit.Survey, result: Plan,
-            ratio: float) -> tuple[Assignment, list[str]]:
+def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: benefit.Survey,
+            collections: dimensions.Dimensions, result: Plan, ratio: float) -> tuple[Assignment, list[str]]:
     """The filter of ``scan``: its prunings worth applying (judged on ``survey``), combined, and notes.
 
     The dimension sources of the applied prunings join ``result.pinned``.
     """
-    started = time.perf_counter()
-    snapshots: dict[str, pins.Pin] = {}
-    candidates = [benefit.Candidate(str(p), p.fact_columns,
-                                    functools.partial(_collect, spark, p, columns, result, snapshots))
-                  for p in prunings]
+    done: dict[str, dimensions.Collected] = {}
+
+    def collect(pruning: starjoin.Pruning) -> tuple[DynamicFilteringData | None, str | None]:
+        collected = done[str(pruning)] = collections.collected(pruning)
+        return collected.data, collected.reason
+
+    candidates = [benefit.Candidate(str(p), p.fact_columns, functools.partial(collect, p)) for p in prunings]
     choice = benefit.worth_applying(candidates, survey, ratio)
     notes = [f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []
-    collection_ms = round((time.perf_counter() - started) * 1000, 1)
+    # The candidates were collected side by side: the filter was ready when the slowest of them was.
+    collection_ms = round(max(item.seconds for item in done.values()) * 1000, 1)
     handle = filter_store.publish(choice.data, result.store)
-    result.pinned += [snapshots[label] for label in choice.applied]
+    result.pinned += [done[label].pin for label in choice.applied]
     return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                        collection_ms), notes + choice.left_out)
-
-
-def _collect(spark: SparkSession, pruning: starjoin.Pruning, columns: Mapping[str, str], result: Plan,
-             snapshots: dict[str, pins.Pin]) -> tuple[DynamicFilteringData | None, str | None]:
-    """The keys of ``pruning``'s dimension rows, read once into a snapshot; or None and why they are not used.
-
-    The pin reading the snapshot goes into ``snapshots`` under the pruning's
-    label; a dimension source that prunes several scans has one snapshot. A
-    dimension side without a selective predicate is used only if it is a small
-    relation: a probe that stops after ``SMALL_RELATION_ROWS + 1`` rows counts it first.
-    """
-    if pruning.pin is None:
-        return None, "the query text of its dimension rows could not be located, so they cannot be read once"
-    types = {column: columns[column] for column in pruning.fact_columns}
-    keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
-    span, frames = (pruning.pin.start, pruning.pin.end), result.frames
-    try:
-        if span not in result.snapshots:
-            rows = frames.sql(spark, pruning.pin.rows_sql)
-            if not pruning.selective and rows.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
-                return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
-                              "(not a small relation)")
-            result.snapshots[span] = frames.add("pinned", rows.localCheckpoint())
-        pin = pruning.pin.with_snapshot(result.snapshots[span])
-        data = collector.collect_data(frames.sql(spark, pin.keys_sql), keys, types=types, null_safe=pruning.null_safe)
-        snapshots[str(pruning)] = pin
-        return data, None
-    except Exception as error:  # never worse than spark.sql: the query runs unpruned
-        log.warning("dynsource: the dimension query of %s failed, not pruning with it: %s", pruning, error)
-        return None, f"its dimension query failed: {error}"
 
 
 def _table_infos(spark: SparkSession, parsed: sqlglot.exp.Expression, frames: Frames,

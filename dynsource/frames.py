@@ -21,6 +21,7 @@ while using it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from threading import Lock
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -36,6 +37,7 @@ class Frames:
 
     def __init__(self) -> None:
         self._frames: dict[str, DataFrame] = {}
+        self._lock = Lock()
 
     @property
     def frames(self) -> Mapping[str, DataFrame]:
@@ -43,8 +45,9 @@ class Frames:
 
     def add(self, kind: str, df: DataFrame) -> str:
         """A new placeholder for ``df``; ``kind`` says what it is to a reader of the text."""
-        name = f"{PREFIX}{kind}_{len(self._frames)}"
-        self._frames[name] = df
+        with self._lock:  # dimensions are collected on several threads
+            name = f"{PREFIX}{kind}_{len(self._frames)}"
+            self._frames[name] = df
         return name
 
     def sql(self, spark: SparkSession, text: str, args: Any = None, **kwargs: Any) -> DataFrame:

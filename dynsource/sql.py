@@ -45,7 +45,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, catalog, names, report, sqltree
+from dynsource import autodpp, catalog, dimensions, names, report, sqltree
 from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,11 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     fact table is then read with that dynamic filter and only the columns the
     query names. The result equals ``spark.sql(query)``; ``dynsource.scan_report``
     of it says what was pruned and why other joins were not.
+
+    A query's dimensions are collected concurrently, each dimension text once,
+    for at most the session's ``spark.dynsource.collectTimeoutMs`` (default
+    60000 ms); a filter not collected by then is not applied and the report
+    says so (the query's rows are the same, read unpruned).
 
     Parameters
     ----------
@@ -117,8 +122,9 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     text, frames = _with_options_read(spark, query)
     if args or kwargs:  # the dimension queries would lose the parameters' values
         return frames.sql(spark, text, args, **kwargs)
+    timeout_ms = dimensions.timeout_ms(spark)
     try:
-        plan = autodpp.plan(spark, text, frames=frames)
+        plan = autodpp.plan(spark, text, frames=frames, timeout_ms=timeout_ms)
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
@@ -143,7 +149,7 @@ def explain_sql(spark: SparkSession, query: str) -> report.QueryReport:
     """
     text, frames = _with_options_read(spark, query)
     frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
-    plan = autodpp.plan(spark, text, frames=frames)
+    plan = autodpp.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark))
     plan.plan_scans(spark)
     return plan.report
 

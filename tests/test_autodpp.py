@@ -9,6 +9,7 @@ so a query that read one of them would fail.
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dynsource
-from dynsource import autodpp, cli, starjoin
+from dynsource import autodpp, cli, dimensions, starjoin
 from dynsource.report import QueryReport
 
 DAYS = 60
@@ -171,13 +172,54 @@ def test_joins_that_must_not_or_need_not_prune_run_as_written_and_say_why(star, 
 
 
 def test_a_dimension_without_a_selective_predicate_prunes_only_if_it_is_a_small_relation(star, monkeypatch):
-    monkeypatch.setattr(autodpp, "SMALL_RELATION_ROWS", 10)
+    monkeypatch.setattr(dimensions, "SMALL_RELATION_ROWS", 10)
     _, report = run(star, "SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
                           "WHERE d_date_sk IS NOT NULL", fact="store_sales_all")
     assert report.assignments[0].handle is None
     assert "no selective predicate and more than 10 rows (not a small relation)" in str(report)
     _, small = run(star, PRUNED["small_relation"])
     assert small.assignments[0].keys == 3 and small.scans()[0].partitions_kept == 3
+
+
+def test_a_dimension_text_repeated_in_a_query_is_read_and_collected_once(star):
+    # TPC-DS q88's shape: subqueries that repeat a dimension with the same predicates.
+    subquery = ("(SELECT count(*) {name} FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                "WHERE d_year = 2000 AND d_moy = 3 AND ss_store_sk = {store}) {name}")
+    query = "SELECT * FROM " + ", ".join(subquery.format(name=f"s{store}", store=store) for store in range(3))
+    plan = autodpp.plan(star, query)
+    assert len(plan.assignments) == 3 and all(a.handle is not None for a in plan.assignments), str(plan.report)
+    assert len({pin.reference for pin in plan.pinned}) == 1  # three scans, one snapshot of the dimension
+    assert [name for name in plan.frames.frames if "pinned" in name] == ["__dynsource_pinned_0"]
+    assert plan.run(star).collect() == star.sql(query.replace("store_sales", "store_sales_native")).collect()
+
+
+def test_a_collection_past_the_budget_leaves_the_scan_unfiltered_and_says_so(star):
+    def slow_moy(moy: int) -> int:
+        time.sleep(0.02)
+        return moy
+
+    star.udf.register("slow_moy", slow_moy, "int")
+    query = ("SELECT d_moy, count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+             "WHERE slow_moy(d_moy) = 3 GROUP BY d_moy")
+    star.conf.set(dimensions.TIMEOUT_CONF, "100")
+    try:
+        rows, report = run(star, query, fact="store_sales_all")
+    finally:
+        star.conf.unset(dimensions.TIMEOUT_CONF)
+    assert rows and report.assignments[0].handle is None
+    assert "took longer than the budget of 100 ms (spark.dynsource.collectTimeoutMs)" in str(report)
+    _, collected = run(star, query, fact="store_sales_all")  # the default budget: collected and applied
+    assert collected.scans()[0].partitions_kept == 5
+
+
+@pytest.mark.parametrize("value", ["soon", "-1"])
+def test_a_bad_collection_budget_is_an_error_naming_the_setting(star, value):
+    star.conf.set(dimensions.TIMEOUT_CONF, value)
+    try:
+        with pytest.raises(ValueError, match=r"spark.dynsource.collectTimeoutMs must be a whole number .* got"):
+            dynsource.sql(star, "SELECT count(*) FROM store_sales")
+    finally:
+        star.conf.unset(dimensions.TIMEOUT_CONF)
 
 
 def test_the_query_predicates_on_partition_columns_prune_through_partition_filter(star):

@@ -1,0 +1,159 @@
+"""The dimension sides of one :func:`dynsource.sql` query: each read once, collected concurrently, within a budget.
+
+Each pruning's dimension rows are read into a snapshot (a local checkpoint the
+rewritten query reads in the dimension's place, see :mod:`dynsource.pins`) and
+its keys collected from that snapshot: two or three small Spark jobs, bound by
+their scheduling latency rather than by the cores. So all the prunings of a
+query are submitted at once to a few threads and Spark runs their jobs side by
+side. Prunings whose dimension rows are the same text share one snapshot
+(TPC-DS q88's eight subqueries repeat two of their three dimensions), and
+those with the same keys as well share one collection.
+
+Like Trino and Flink, which wait a bounded time for a dynamic filter and then
+scan without it, collecting has a budget: the session setting
+``spark.dynsource.collectTimeoutMs`` (milliseconds, default 60000), counted from
+the query's first collection. A collection not done by then is declined, the
+scan reads without its filter (the dimension as written), the report says so,
+and its Spark jobs are interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from threading import Lock
+from typing import TypeVar
+
+from pyspark.sql import SparkSession
+
+from dynsource import collector, pins, starjoin
+from dynsource.filtering import DynamicFilteringData
+from dynsource.frames import Frames
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_CONF = "spark.dynsource.collectTimeoutMs"
+DEFAULT_TIMEOUT_MS = 60_000
+WORKERS = 4  # collections at once: enough to overlap their jobs' latency, few enough for a small driver
+# A dimension side without a selective predicate still prunes when it is this small (Spark's DPP and runtime
+# filters also accept a small creation side); its keys are then collected exactly.
+SMALL_RELATION_ROWS = 10_000
+
+T = TypeVar("T")
+
+
+def timeout_ms(spark: SparkSession) -> int:
+    """The session's collection budget in milliseconds (``spark.dynsource.collectTimeoutMs``)."""
+    text = spark.conf.get(TIMEOUT_CONF, None)
+    if text is None:
+        return DEFAULT_TIMEOUT_MS
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{TIMEOUT_CONF} must be a whole number of milliseconds, 0 or more; got {text!r}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A pruning's keys and the pin reading their snapshot; or no data and why not."""
+
+    data: DynamicFilteringData | None
+    reason: str | None = None  # why there is no data
+    pin: pins.Pin | None = None
+    seconds: float = 0.0  # how long the collection took (or had taken when the budget ran out)
+
+
+class Dimensions:
+    """The collections of one query's prunings, started by :meth:`submit`, awaited by :meth:`collected`.
+
+    Use as a context manager: leaving it interrupts what is still running.
+    """
+
+    def __init__(self, spark: SparkSession, frames: Frames, timeout_ms: int, workers: int = WORKERS) -> None:
+        self._spark, self._frames, self._timeout_ms = spark, frames, timeout_ms
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dynsource-collect")
+        self._tag = f"dynsource-collect-{uuid.uuid4().hex}"  # marks this query's collection jobs for interrupting
+        self._lock = Lock()
+        self._shared: dict[tuple, Future] = {}  # snapshots and collections by what they are made from
+        self._started: dict[starjoin.Pruning, tuple[Future[Collected], float]] = {}
+        self._deadline: float | None = None
+
+    def __enter__(self) -> Dimensions:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if any(not future.done() for future, _ in self._started.values()):
+            self._spark.interruptTag(self._tag)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, pruning: starjoin.Pruning, types: Mapping[str, str]) -> None:
+        """Start collecting ``pruning``'s keys, typed as the fact's ``types`` (fact column -> Spark SQL type)."""
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._timeout_ms / 1000
+        self._started[pruning] = (self._pool.submit(self._tagged, self._collect, pruning, types), time.monotonic())
+
+    def collected(self, pruning: starjoin.Pruning) -> Collected:
+        """``pruning``'s collection, waiting for it no longer than the budget's end."""
+        future, started = self._started[pruning]
+        try:
+            return future.result(timeout=max(0.0, self._deadline - time.monotonic()))
+        except FutureTimeout:
+            return Collected(None, f"collecting its keys took longer than the budget of {self._timeout_ms} ms "
+                                   f"({TIMEOUT_CONF}), so the scan reads without them",
+                             seconds=time.monotonic() - started)
+        except Exception as error:  # never worse than spark.sql: the query runs unpruned
+            log.warning("dynsource: the dimension query of %s failed, not pruning with it: %s", pruning, error)
+            return Collected(None, f"its dimension query failed: {error}", seconds=time.monotonic() - started)
+
+    def _tagged(self, function: Callable[..., T], *args: object) -> T:
+        self._spark.addTag(self._tag)  # a thread's own tag: the jobs it starts can be interrupted
+        try:
+            return function(*args)
+        finally:
+            self._spark.removeTag(self._tag)
+
+    def _collect(self, pruning: starjoin.Pruning, types: Mapping[str, str]) -> Collected:
+        started = time.monotonic()
+        if pruning.pin is None:
+            return Collected(None, "the query text of its dimension rows could not be located, "
+                                   "so they cannot be read once")
+        snapshot, reason = self._once(("rows", pruning.pin.rows_sql, pruning.selective),
+                                      lambda: self._snapshot(pruning))
+        if snapshot is None:
+            return Collected(None, reason, seconds=time.monotonic() - started)
+        pin = pruning.pin.with_snapshot(snapshot)
+        keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
+        data = self._once(("keys", pin.keys_sql, tuple(types.items()), pruning.null_safe),
+                          lambda: collector.collect_data(self._frames.sql(self._spark, pin.keys_sql), keys,
+                                                         types=types, null_safe=pruning.null_safe))
+        return Collected(data, None, pin, time.monotonic() - started)
+
+    def _snapshot(self, pruning: starjoin.Pruning) -> tuple[str | None, str | None]:
+        """The snapshot's name of ``pruning``'s dimension rows, or None and why they are not used."""
+        rows = self._frames.sql(self._spark, pruning.pin.rows_sql)
+        if not pruning.selective and rows.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
+            return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
+                          "(not a small relation)")
+        return self._frames.add("pinned", rows.localCheckpoint()), None
+
+    def _once(self, key: tuple, compute: Callable[[], T]) -> T:
+        """``compute()``, or what the first call with the same ``key`` computed (waiting for it if it runs)."""
+        with self._lock:
+            future, first = self._shared.get(key), False
+            if future is None:
+                future = self._shared[key] = Future()
+                first = True
+        if first:
+            try:
+                future.set_result(compute())
+            except BaseException as error:  # the others sharing it learn the same failure
+                future.set_exception(error)
+        return future.result()
