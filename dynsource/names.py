@@ -55,10 +55,16 @@ class Resolver:
         self.spark = spark
         self.frames = dict(frames or {})
         self.global_database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+        self._resolved: dict[tuple[str, ...], Relation | None] = {}  # a name a query repeats is looked up once
 
     def resolve(self, parts: tuple[str, ...]) -> Relation | None:
         """The relation ``parts`` names; None when it names nothing Spark can read now or lies in another catalog."""
         parts = tuple(part.lower() for part in parts)
+        if parts not in self._resolved:
+            self._resolved[parts] = self._lookup(parts)
+        return self._resolved[parts]
+
+    def _lookup(self, parts: tuple[str, ...]) -> Relation | None:
         if len(parts) == 1 and parts[0] in self.frames:
             return Relation(TEMPORARY, parts[0], self.frames[parts[0]].schema)
         try:  # Spark's own lookup: which qualifiers name a temporary view differs between Spark versions

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from benchmarks import curves, run, star
+from benchmarks import curves, run, star, throughput, tpcds
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +125,17 @@ def test_the_star_query_prunes_by_date_and_store_at_once_and_agrees_with_spark(s
     # Two parts: the 31 days and the 3 stores of TN; the dynsource.sql mode records what its scan's report says.
     assert "s_store_sk" in assignment.filter and assignment.keys == 31 + 3
     assert assignment.payload_kind == "all of 2 parts" and modes["dynsource.sql"]["filtering"]["keys"] == 34
+
+
+def test_the_throughput_modes_agree_and_are_timed(spark, tmp_path):
+    root = throughput.generate(2, 1000, tmp_path)
+    results = throughput.run(spark, root, repeat=1)
+    assert set(results) == set(throughput.QUERIES)
+    for result in results.values():
+        assert set(result["seconds"]) == set(throughput.MODES) and result["ratio_to_spark"]["spark.read.parquet"] == 1
+    assert not [table for table in throughput.TABLES if spark.catalog.tableExists(table)]
+
+
+def test_tpcds_double_quoted_names_become_spark_identifiers():
+    text = """SELECT count(*) AS "order count", sum(x) ">120 days", 'a "b"' FROM t"""
+    assert tpcds.spark_dialect(text) == """SELECT count(*) AS `order count`, sum(x) `>120 days`, 'a "b"' FROM t"""
