@@ -104,6 +104,7 @@ TABLES = {"throughput_spark": "auto", "throughput_python": "python"}  # register
 
 def modes(spark: SparkSession, root: Path, definitions: str) -> dict[str, Callable[[Sequence[str]], tuple]]:
     """Each mode: a function of a query's aggregates returning its one result row."""
+    dynsource.register(spark)
     native = spark.read.parquet(str(root))  # one DataFrame: its files listed once, as in a warm session
     for table, reader in TABLES.items():
         dynsource.register_table(spark, table, path=str(root), definitions=definitions, replace=True, reader=reader)
