@@ -105,9 +105,10 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     most ``timeout_ms`` on them. ``frames`` are the DataFrames ``query`` names by placeholders.
     """
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
+    resolver = names.Resolver(spark, result.frames.frames)
     try:
         parsed = sqlglot.parse_one(query, read="spark")
-        tables, definitions = _table_infos(spark, parsed, result.frames)
+        tables, definitions = _table_infos(parsed, resolver)
     except SqlglotError as error:
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
@@ -117,7 +118,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
-    with dimensions.Dimensions(spark, result.frames, timeout_ms) as collections:
+    reading = functools.partial(_read_as_planned, spark, resolver, result.frames)
+    with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         for pruning in detection.prunings:
             types = tables[pruning.fact.table].columns
             collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
@@ -201,11 +203,28 @@ def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: b
                        collection_ms), notes + choice.left_out)
 
 
-def _table_infos(spark: SparkSession, parsed: sqlglot.exp.Expression, frames: Frames,
+def _read_as_planned(spark: SparkSession, resolver: names.Resolver, frames: Frames, text: str) -> str:
+    """``text`` (a dimension's rows) with each dynsource table it reads named by a placeholder of that table read by
+    :func:`catalog.read_table`, as the query's own references are: Spark's reader where it can open the files, and
+    Spark then prunes its columns (a dimension such as TPC-DS q14's ``cross_items`` reads three facts)."""
+    try:
+        parsed = sqlglot.parse_one(text, read="spark")
+    except SqlglotError:
+        return text  # read as written: by the tables' own source
+    replaced = False
+    for table in names.references(parsed):
+        relation = resolver.resolve(tuple(part.name for part in table.parts))
+        if relation is not None and relation.definition is not None:
+            placeholder = frames.add("fact", catalog.read_table(spark, relation.key))
+            table.replace(sqlglot.exp.alias_(sqlglot.exp.to_table(placeholder), table.alias_or_name, table=True))
+            replaced = True
+    return parsed.sql("spark") if replaced else text
+
+
+def _table_infos(parsed: sqlglot.exp.Expression, resolver: names.Resolver,
                  ) -> tuple[dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition]]:
     """What each table reference of ``parsed`` resolves to, as Spark resolves it, by the qualified lower-case name
     the analysis gives it (which it sets on the reference); and the definitions of the dynsource tables."""
-    resolver = names.Resolver(spark, frames.frames)
     infos, definitions = {}, {}
     for table in names.references(parsed):
         relation = resolver.resolve(tuple(part.name for part in table.parts))

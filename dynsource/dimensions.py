@@ -77,8 +77,10 @@ class Dimensions:
     Use as a context manager: leaving it interrupts what is still running.
     """
 
-    def __init__(self, spark: SparkSession, frames: Frames, timeout_ms: int, workers: int = WORKERS) -> None:
-        self._spark, self._frames, self._timeout_ms = spark, frames, timeout_ms
+    def __init__(self, spark: SparkSession, frames: Frames, timeout_ms: int,
+                 reading: Callable[[str], str] = lambda text: text, workers: int = WORKERS) -> None:
+        """``reading`` gives a dimension's rows text the names by which it reads them (the query's reads)."""
+        self._spark, self._frames, self._timeout_ms, self._reading = spark, frames, timeout_ms, reading
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dynsource-collect")
         self._tag = f"dynsource-collect-{uuid.uuid4().hex}"  # marks this query's collection jobs for interrupting
         self._lock = Lock()
@@ -138,7 +140,7 @@ class Dimensions:
 
     def _snapshot(self, pruning: starjoin.Pruning) -> tuple[str | None, str | None]:
         """The snapshot's name of ``pruning``'s dimension rows, or None and why they are not used."""
-        rows = self._frames.sql(self._spark, pruning.pin.rows_sql)
+        rows = self._frames.sql(self._spark, self._reading(pruning.pin.rows_sql))
         if not pruning.selective and rows.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
             return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
                           "(not a small relation)")
