@@ -118,7 +118,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
-    reading = functools.partial(_read_as_planned, spark, resolver, result.frames)
+    reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         for pruning in detection.prunings:
             types = tables[pruning.fact.table].columns
@@ -203,10 +203,12 @@ def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: b
                        collection_ms), notes + choice.left_out)
 
 
-def _read_as_planned(spark: SparkSession, resolver: names.Resolver, frames: Frames, text: str) -> str:
+def _read_as_planned(spark: SparkSession, resolver: names.Resolver, frames: Frames, placeholders: dict[str, str],
+                     text: str) -> str:
     """``text`` (a dimension's rows) with each dynsource table it reads named by a placeholder of that table read by
     :func:`catalog.read_table`, as the query's own references are: Spark's reader where it can open the files, and
-    Spark then prunes its columns (a dimension such as TPC-DS q14's ``cross_items`` reads three facts)."""
+    Spark then prunes its columns (a dimension such as TPC-DS q14's ``cross_items`` reads three facts). A table is
+    planned once per query: ``placeholders`` holds its placeholder for every dimension text naming it."""
     try:
         parsed = sqlglot.parse_one(text, read="spark")
     except SqlglotError:
@@ -215,8 +217,10 @@ def _read_as_planned(spark: SparkSession, resolver: names.Resolver, frames: Fram
     for table in names.references(parsed):
         relation = resolver.resolve(tuple(part.name for part in table.parts))
         if relation is not None and relation.definition is not None:
-            placeholder = frames.add("fact", catalog.read_table(spark, relation.key))
-            table.replace(sqlglot.exp.alias_(sqlglot.exp.to_table(placeholder), table.alias_or_name, table=True))
+            if relation.key not in placeholders:
+                placeholders[relation.key] = frames.add("fact", catalog.read_table(spark, relation.key))
+            table.replace(sqlglot.exp.alias_(sqlglot.exp.to_table(placeholders[relation.key]), table.alias_or_name,
+                                             table=True))
             replaced = True
     return parsed.sql("spark") if replaced else text
 
