@@ -1,22 +1,50 @@
-"""dynsource: dynamic partition pruning for PySpark's Python data sources (FLIP-248 in Spark)."""
+"""dynsource: dynamic partition pruning for PySpark's Python data sources (FLIP-248 in Spark).
+
+The public names are imported on first use: Spark's Python workers import this
+package to unpickle the data source and should load only what reading needs,
+not the driver's SQL analysis, collector and catalog.
+"""
 
 from __future__ import annotations
 
+import importlib
 from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-from dynsource import deployment, figures
-from dynsource.catalog import drop_table, register_table, register_tables
-from dynsource.collector import collect, collect_data
-from dynsource.filtering import DynamicFilteringData
-from dynsource.join import dynamic_join
-from dynsource.report import QueryReport, ScanReport, scan_report, scan_reports
-from dynsource.source import DynsourceDataSource
-from dynsource.sql import explain_sql, sql
-from dynsource.store import expire, publish, resolve
+    from dynsource.catalog import drop_table, register_table, register_tables
+    from dynsource.collector import collect, collect_data
+    from dynsource.filtering import DynamicFilteringData
+    from dynsource.handles import expire, publish, resolve
+    from dynsource.join import dynamic_join
+    from dynsource.query import explain_sql, sql
+    from dynsource.report import QueryReport, ScanReport, scan_report, scan_reports
+    from dynsource.source import DynsourceDataSource
 
 __version__ = metadata.version("dynsource")
+
+# Each public name and the module that defines it.
+_PUBLIC = {
+    "DynamicFilteringData": "dynsource.filtering",
+    "DynsourceDataSource": "dynsource.source",
+    "QueryReport": "dynsource.report",
+    "ScanReport": "dynsource.report",
+    "collect": "dynsource.collector",
+    "collect_data": "dynsource.collector",
+    "drop_table": "dynsource.catalog",
+    "dynamic_join": "dynsource.join",
+    "expire": "dynsource.handles",
+    "explain_sql": "dynsource.query",
+    "publish": "dynsource.handles",
+    "register_table": "dynsource.catalog",
+    "register_tables": "dynsource.catalog",
+    "resolve": "dynsource.handles",
+    "scan_report": "dynsource.report",
+    "scan_reports": "dynsource.report",
+    "sql": "dynsource.query",
+}
 
 __all__ = [
     "DynamicFilteringData",
@@ -33,11 +61,25 @@ __all__ = [
     "publish",
     "register",
     "register_table",
+    "register_tables",
     "resolve",
     "scan_report",
     "scan_reports",
     "sql",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'dynsource' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    # Set after the import: importing dynsource.sql binds the package's `sql` to the module, not the function.
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
 
 
 def register(spark: SparkSession) -> None:
@@ -54,6 +96,8 @@ def register(spark: SparkSession) -> None:
     pushdown, whose planned reads go stale when a DataFrame is reused (see the
     README's "Known Spark issues").
     """
+    from dynsource import catalog, deployment, figures, source
+
     deployment.check_workers(spark)
-    spark.dataSource.register(DynsourceDataSource.with_figures(figures.channel(spark)))
-    register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.catalog
+    spark.dataSource.register(source.DynsourceDataSource.with_figures(figures.channel(spark)))
+    catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.catalog

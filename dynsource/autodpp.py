@@ -39,14 +39,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot.errors import SqlglotError
 
-from dynsource import benefit, catalog, dimensions, names, pins, sqltree, starjoin
-from dynsource import store as filter_store
+from dynsource import benefit, catalog, dimensions, handles, names, pins, sqltree, starjoin
 from dynsource.filtering import DynamicFilteringData
+from dynsource.filterstore import FilterStore
 from dynsource.frames import Frames
+from dynsource.options import filter_options
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
 from dynsource.scanplanner import plan_scan
-from dynsource.storage import FilterStore
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,7 @@ def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], tab
             assignment, notes = _assign(scan, prunings, shape, collections, result, ratio)
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
-            options |= {"dynamicFilter": assignment.handle, "filterStore": result.store.url,
-                        **({"filterStoreOptions": result.store.options.to_json()} if result.store.options else {})}
+            options |= filter_options(assignment.handle, result.store)
         result.reads.append((scan, options))
         if options:
             assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
@@ -197,7 +196,7 @@ def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: b
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []
     # The candidates were collected side by side: the filter was ready when the slowest of them was.
     collection_ms = round(max(item.seconds for item in done.values()) * 1000, 1)
-    handle = filter_store.publish(choice.data, result.store)
+    handle = handles.publish(choice.data, result.store)
     result.pinned += [done[label].pin for label in choice.applied]
     return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                        collection_ms), notes + choice.left_out)

@@ -30,7 +30,8 @@ import fsspec
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import figures, logs, schemas, sparkreader, store
+from dynsource import figures, logs, schemas, sparkreader
+from dynsource.filterstore import FilterStore
 from dynsource.metastore import in_catalog
 from dynsource.options import OPTION_NAMES, ScanOptions
 from dynsource.source import DynsourceDataSource
@@ -204,7 +205,7 @@ def register_table(
         spark.sql(f"DROP TABLE {table}")
     definition = TableDefinition(table, stored, schema)
     location = definitions_location(spark, definitions)
-    store.put(table + _SUFFIX, definition.to_json(), location)
+    FilterStore.of(location).put(table + _SUFFIX, definition.to_json())
     source = _register_source(spark, table, location)
     spark.catalog.createTable(table, source=source.name(), schema=schema)
     return definition
@@ -302,7 +303,7 @@ def read_table(
 def read_definition(table: str, location: str) -> TableDefinition:
     """The definition of qualified ``table`` in the directory ``location`` (runs in Python workers too)."""
     try:
-        blob = store.get(table + _SUFFIX, location)
+        blob = FilterStore.of(location).get(table + _SUFFIX)
     except FileNotFoundError:
         raise TableDefinitionError(
             f"Table '{table}' has no dynsource definition at '{_url(location, table)}'; register it again with "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dynsource.storage import FilterStore
+    from dynsource.filterstore import FilterStore
 
 _CONNECTION_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -312,15 +312,15 @@ def _duration(text: str) -> _Duration:
 
 
 def _expire(older_than: _Duration, store_url: str | None, store_options: str | None, *, dry_run: bool) -> None:
-    from dynsource import store
-    from dynsource.storage import FilterStore, StorageOptions
+    from dynsource.filterstore import FilterStore
+    from dynsource.storage import StorageOptions
 
     try:
         location = FilterStore.of(store_url, StorageOptions.parse("--store-options", store_options))
         if not _store_exists(location):
             print(f"dynsource expire: filter store {location} does not exist; nothing to remove", file=sys.stderr)
             return
-        handles = store.expire(older_than.seconds, location, dry_run=dry_run)
+        handles = location.expire(older_than.seconds, dry_run=dry_run)
     except (ValueError, ImportError, OSError) as error:  # a malformed or unreachable store
         sys.exit(f"dynsource expire: {error}")
     for handle in handles:

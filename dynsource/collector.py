@@ -22,10 +22,9 @@ from pybloom_live import BloomFilter
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dynsource import filtering
-from dynsource import store as filter_store
+from dynsource import filtering, handles
 from dynsource.filtering import DEFAULT_FPP, KINDS, DynamicFilteringData
-from dynsource.storage import FilterStore
+from dynsource.filterstore import FilterStore
 from dynsource.types import normalize_type
 
 log = logging.getLogger(__name__)
@@ -116,10 +115,10 @@ def collect(
 
     location = FilterStore.of(store, storage_options)
     if wait:
-        return filter_store.publish(compute(), location)
+        return handles.publish(compute(), location)
     _check_arguments(keys, max_rows, max_bytes, fpp, kinds)
     _project(df, keys, types)  # bad key columns fail here, not in the background
-    handle = filter_store.reserve(location)
+    handle = handles.reserve(location)
     threading.Thread(target=_publish_later, args=(handle, compute, location), name=f"dynsource-{handle}",
                      daemon=True).start()
     return handle
@@ -130,9 +129,9 @@ def _publish_later(handle: str, compute, location: FilterStore) -> None:
         data = compute()
     except Exception as error:  # whatever went wrong, readers must learn it instead of waiting in vain
         log.warning("dynsource: collecting dynamic filter %s failed: %s", handle, error)
-        filter_store.publish_failure(handle, f"{type(error).__name__}: {error}", location)
+        location.publish_failure(handle, f"{type(error).__name__}: {error}")
         return
-    filter_store.publish(data, location, handle=handle)
+    location.publish(data, handle)
 
 
 def collect_data(

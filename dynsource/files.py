@@ -13,8 +13,8 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from dynsource import storage
-from dynsource.planner import FileSplit
 from dynsource.rowfilter import RowFilter
+from dynsource.splits import FileSplit
 
 
 def open_table(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:

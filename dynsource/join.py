@@ -16,12 +16,11 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from dynsource import benefit, catalog, collector, report, sparkreader
-from dynsource import store as filter_store
+from dynsource import benefit, catalog, collector, handles, report, sparkreader
 from dynsource.benefit import DEFAULT_FALLBACK_FILTER_RATIO
-from dynsource.options import ScanOptions
+from dynsource.filterstore import FilterStore
+from dynsource.options import ScanOptions, filter_options
 from dynsource.source import DynsourceDataSource
-from dynsource.storage import FilterStore
 
 _JOIN_TYPES = {
     "inner": "inner",
@@ -115,8 +114,7 @@ def dynamic_join(
         applied, notes = _worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
                                          collect_options)
         if applied is not None:
-            read_options = {**base_options, "dynamicFilter": applied.handle, "filterStore": store.url,
-                            **({"filterStoreOptions": store.options.to_json()} if store.options else {})}
+            read_options = {**base_options, **filter_options(applied.handle, store)}
     fact_df = _read(spark, fact, read_options, fact_schema)
     joined = fact_df
     for d, pairs in dims:
@@ -178,7 +176,7 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
     if choice.data is None:
         return None, notes
     collection_ms = round((time.perf_counter() - started) * 1000, 1)  # the dimensions' collect jobs and combining
-    handle = filter_store.publish(choice.data, store)
+    handle = handles.publish(choice.data, store)
     return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                               collection_ms), notes + choice.left_out)
 

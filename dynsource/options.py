@@ -10,16 +10,17 @@ import dataclasses
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import logs, storage, store
+from dynsource import filterstore, logs, storage
 from dynsource.ddl import parse_ddl
+from dynsource.filterstore import FilterStore
 from dynsource.partitionfilter import PartitionFilter
-from dynsource.planner import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
 from dynsource.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
-from dynsource.storage import FilterStore, StorageOptions
+from dynsource.splits import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
+from dynsource.storage import StorageOptions
 
 FORMATS = ("parquet", "orc", "csv", "json")
 READERS = ("auto", "spark", "python")  # who reads a registered table's kept files in dynsource.sql, dynamic_join
@@ -33,63 +34,6 @@ _BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-@dataclass(frozen=True)
-class ScanOptions:
-    """The validated options of one ``dynsource`` read (see ``DynsourceDataSource`` for their meaning).
-
-    Attributes are the options' names in snake_case (``dynamicFilter`` is ``dynamic_filter``; ``filterStore``,
-    a URL, is ``filter_store_url``, and :attr:`filter_store` the store it names).
-    """
-
-    path: str
-    format: str = "parquet"
-    base_path: str | None = None
-    dynamic_filter: str | None = None
-    dynamic_filtering_enabled: bool = True
-    dynamic_filter_on_error: str = "fallback"
-    filter_store_url: str | None = None
-    partition_columns: tuple[tuple[str, str], ...] = ()
-    merge_schema: bool = False
-    partition_filter: PartitionFilter | None = None
-    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
-    open_cost_in_bytes: int = DEFAULT_OPEN_COST_IN_BYTES
-    min_partition_num: int = os.cpu_count() or 1
-    batch_size: int = DEFAULT_BATCH_SIZE
-    time_zone: str | None = None
-    row_filter_max_keys: int = DEFAULT_ROW_FILTER_MAX_KEYS
-    task_filter_max_bytes: int = DEFAULT_TASK_FILTER_MAX_BYTES
-    dynamic_filter_wait_ms: int = DEFAULT_WAIT_MS
-    storage_options: StorageOptions = storage.NO_OPTIONS
-    filter_store_options: StorageOptions | None = None
-    log_level: str | None = None
-    reader: str = "auto"
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ScanOptions:
-        """Validate string options as Spark passes them; every problem names the option."""
-        parsed = _parse(options)
-        if "path" not in parsed:
-            raise ValueError(_PATH_REQUIRED)
-        return cls(**parsed)
-
-    def with_options(self, options: Mapping[str, str]) -> ScanOptions:
-        """These options overridden by ``options`` (string options, validated as by :meth:`parse`).
-
-        A registered table's stored options are parsed once, when its definition is
-        read; a table reference's ``WITH (...)`` options only override some of them.
-        """
-        return dataclasses.replace(self, **_parse(options)) if options else self
-
-    @functools.cached_property  # the default store is resolved once per scan, not at each use
-    def filter_store(self) -> FilterStore:
-        """The filter store: ``filterStore`` (default: this process's) opened with ``filterStoreOptions``, else with
-        ``storageOptions`` when it is on the table's kind of filesystem (an ``s3://`` store beside an ``s3://``
-        table), else with none."""
-        url = self.filter_store_url or storage.default_store()
-        if self.filter_store_options is not None:
-            return FilterStore(url, self.filter_store_options)
-        return FilterStore(url, self.storage_options if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
-
 _REGISTER = (
     "register the table with dynsource.register_table(spark, name, path=...) or `dynsource table create NAME "
     "--path URL` instead: Spark drops the OPTIONS of CREATE TABLE ... USING for Python data sources"
@@ -100,26 +44,6 @@ _PATH_REQUIRED = (
 # What Spark hands a Python data source for CREATE TABLE ... USING dynsource: its catalog properties, not the OPTIONS.
 _TABLE_PROPERTIES = {"location", "owner", "provider", "comment", "external", "is_managed_location"}
 
-
-def _parse(options: Mapping[str, str]) -> dict[str, Any]:
-    """The ScanOptions attributes ``options`` set, validated."""
-    canonical = {name.lower(): name for name in OPTION_NAMES}
-    unknown = sorted(key for key in options if key.lower() not in canonical)
-    if "provider" in unknown and {key.lower() for key in unknown} <= _TABLE_PROPERTIES:
-        raise ValueError(f"Data source 'dynsource' got Spark's table properties {unknown} instead of reader options: "
-                         f"CREATE TABLE ... USING dynsource cannot define a table; {_REGISTER}.")
-    if unknown:
-        raise ValueError(
-            f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are {sorted(OPTION_NAMES)}."
-        )
-    given = {canonical[key.lower()]: value for key, value in options.items()}
-    parsed = {_FIELDS.get(name, name): _PARSERS[name](name, value) for name, value in given.items() if name != "path"}
-    if "path" in given:
-        path = (given["path"] or "").strip()
-        if not path:
-            raise ValueError(_PATH_REQUIRED)
-        parsed["path"] = path
-    return parsed
 
 
 def _choice(allowed: tuple[str, ...]):
@@ -169,7 +93,7 @@ def _handle(name: str, value: str) -> str | None:
     # it fails whatever dynamicFilterOnError says, which only covers well-formed handles.
     handle = _text(name, value)
     if handle is not None:
-        store.validate_handle(handle)
+        filterstore.validate_handle(handle)
     return handle
 
 
@@ -196,50 +120,135 @@ def _time_zone(name: str, value: str) -> str:
     return str(value).strip()
 
 
-_PARSERS = {
-    "basePath": _text,
-    "format": _choice(FORMATS),
-    "dynamicFilter": _handle,
-    "dynamicFilteringEnabled": _boolean,
-    "dynamicFilterOnError": _choice(ON_ERROR),
-    "filterStore": _text,
-    "partitionColumns": _ddl,
-    "mergeSchema": _boolean,
-    "partitionFilter": _partition_filter,
-    "maxPartitionBytes": _byte_size,
-    "openCostInBytes": _byte_size,
-    "minPartitionNum": _positive_int,
-    "batchSize": _positive_int,
-    "timeZone": _time_zone,
-    "rowFilterMaxKeys": _non_negative_int,
-    "taskFilterMaxBytes": _byte_size,
-    "dynamicFilterWaitMs": _non_negative_int,
-    "storageOptions": StorageOptions.parse,
-    "filterStoreOptions": StorageOptions.parse,
-    "logLevel": lambda name, value: logs.parse_level(f"Option '{name}'", value),
-    "reader": _choice(READERS),
-}
-# The ScanOptions attribute of each option whose name is not one already (path, format).
-_FIELDS = {
-    "basePath": "base_path",
-    "dynamicFilter": "dynamic_filter",
-    "dynamicFilteringEnabled": "dynamic_filtering_enabled",
-    "dynamicFilterOnError": "dynamic_filter_on_error",
-    "filterStore": "filter_store_url",
-    "partitionColumns": "partition_columns",
-    "mergeSchema": "merge_schema",
-    "partitionFilter": "partition_filter",
-    "maxPartitionBytes": "max_partition_bytes",
-    "openCostInBytes": "open_cost_in_bytes",
-    "minPartitionNum": "min_partition_num",
-    "batchSize": "batch_size",
-    "timeZone": "time_zone",
-    "rowFilterMaxKeys": "row_filter_max_keys",
-    "taskFilterMaxBytes": "task_filter_max_bytes",
-    "dynamicFilterWaitMs": "dynamic_filter_wait_ms",
-    "storageOptions": "storage_options",
-    "filterStoreOptions": "filter_store_options",
-    "logLevel": "log_level",
-}
-# Every option's name as users type it (matched ignoring case).
-OPTION_NAMES = ("path", *_PARSERS)
+def _log_level(name: str, value: str) -> str:
+    return logs.parse_level(f"Option '{name}'", value)
+
+
+def _path(name: str, value: str) -> str:
+    path = (value or "").strip()
+    if not path:
+        raise ValueError(_PATH_REQUIRED)
+    return path
+
+
+def _option(name: str, parse: Callable[[str, str], Any], default: Any = dataclasses.MISSING,
+            render: Callable[[Any], str] = str) -> Any:
+    """The :class:`ScanOptions` field of reader option ``name``: its parser, default and string form (``render``)."""
+    return dataclasses.field(default=default, metadata={"option": name, "parse": parse, "render": render})
+
+
+def _boolean_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _ddl_text(columns: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"`{name.replace('`', '``')}` {type_name}" for name, type_name in columns)
+
+
+def _json_text(value: StorageOptions) -> str:
+    return value.to_json()
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """The validated options of one ``dynsource`` read (see ``DynsourceDataSource`` for their meaning).
+
+    Attributes are the options' names in snake_case (``dynamicFilter`` is ``dynamic_filter``; ``filterStore``,
+    a URL, is ``filter_store_url``, and :attr:`filter_store` the store it names). Each field is the one
+    definition of its option: name, parser, default and string form.
+    """
+
+    path: str = _option("path", _path)
+    format: str = _option("format", _choice(FORMATS), "parquet")
+    base_path: str | None = _option("basePath", _text, None)
+    dynamic_filter: str | None = _option("dynamicFilter", _handle, None)
+    dynamic_filtering_enabled: bool = _option("dynamicFilteringEnabled", _boolean, True, _boolean_text)
+    dynamic_filter_on_error: str = _option("dynamicFilterOnError", _choice(ON_ERROR), "fallback")
+    filter_store_url: str | None = _option("filterStore", _text, None)
+    partition_columns: tuple[tuple[str, str], ...] = _option("partitionColumns", _ddl, (), _ddl_text)
+    merge_schema: bool = _option("mergeSchema", _boolean, False, _boolean_text)
+    partition_filter: PartitionFilter | None = _option("partitionFilter", _partition_filter, None,
+                                                       lambda predicate: predicate.text)
+    max_partition_bytes: int = _option("maxPartitionBytes", _byte_size, DEFAULT_MAX_PARTITION_BYTES)
+    open_cost_in_bytes: int = _option("openCostInBytes", _byte_size, DEFAULT_OPEN_COST_IN_BYTES)
+    min_partition_num: int = _option("minPartitionNum", _positive_int, os.cpu_count() or 1)
+    batch_size: int = _option("batchSize", _positive_int, DEFAULT_BATCH_SIZE)
+    time_zone: str | None = _option("timeZone", _time_zone, None)
+    row_filter_max_keys: int = _option("rowFilterMaxKeys", _non_negative_int, DEFAULT_ROW_FILTER_MAX_KEYS)
+    task_filter_max_bytes: int = _option("taskFilterMaxBytes", _byte_size, DEFAULT_TASK_FILTER_MAX_BYTES)
+    dynamic_filter_wait_ms: int = _option("dynamicFilterWaitMs", _non_negative_int, DEFAULT_WAIT_MS)
+    storage_options: StorageOptions = _option("storageOptions", StorageOptions.parse, storage.NO_OPTIONS, _json_text)
+    filter_store_options: StorageOptions | None = _option("filterStoreOptions", StorageOptions.parse, None,
+                                                          _json_text)
+    log_level: str | None = _option("logLevel", _log_level, None)
+    reader: str = _option("reader", _choice(READERS), "auto")
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ScanOptions:
+        """Validate string options as Spark passes them; every problem names the option."""
+        parsed = _parse(options)
+        if "path" not in parsed:
+            raise ValueError(_PATH_REQUIRED)
+        return cls(**parsed)
+
+    def with_options(self, options: Mapping[str, str]) -> ScanOptions:
+        """These options overridden by ``options`` (string options, validated as by :meth:`parse`).
+
+        A registered table's stored options are parsed once, when its definition is
+        read; a table reference's ``WITH (...)`` options only override some of them.
+        """
+        return dataclasses.replace(self, **_parse(options)) if options else self
+
+    @functools.cached_property  # the default store is resolved once per scan, not at each use
+    def filter_store(self) -> FilterStore:
+        """The filter store: ``filterStore`` (default: this process's) opened with ``filterStoreOptions``, else with
+        ``storageOptions`` when it is on the table's kind of filesystem (an ``s3://`` store beside an ``s3://``
+        table), else with none."""
+        url = self.filter_store_url or storage.default_store()
+        if self.filter_store_options is not None:
+            return FilterStore(url, self.filter_store_options)
+        return FilterStore(url, self.storage_options if storage.same_protocol(url, self.path) else storage.NO_OPTIONS)
+
+    def to_options(self) -> dict[str, str]:
+        """The reader options (strings, as Spark passes them) that :meth:`parse` reads back as these options;
+        defaults are left out."""
+        return reader_options(**{field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                                 if getattr(self, field.name) != field.default})
+
+
+# Every option's field by its name as users type it (matched ignoring case).
+_OPTIONS = {field.metadata["option"]: field for field in dataclasses.fields(ScanOptions)}
+OPTION_NAMES = tuple(_OPTIONS)
+_BY_ATTRIBUTE = {field.name: field for field in _OPTIONS.values()}
+
+
+def reader_options(**attributes: Any) -> dict[str, str]:
+    """The reader options that set these :class:`ScanOptions` attributes, by their documented names (None: unset).
+
+    What dynsource uses wherever it builds a read itself, e.g.
+    ``reader_options(dynamic_filter=handle, filter_store_url=url)``.
+    """
+    return {_BY_ATTRIBUTE[name].metadata["option"]: _BY_ATTRIBUTE[name].metadata["render"](value)
+            for name, value in attributes.items() if value is not None}
+
+
+def filter_options(handle: str, store: FilterStore) -> dict[str, str]:
+    """The reader options that prune a scan by the filter published under ``handle`` in ``store``."""
+    return reader_options(dynamic_filter=handle, filter_store_url=store.url,
+                          filter_store_options=store.options if store.options else None)
+
+
+def _parse(options: Mapping[str, str]) -> dict[str, Any]:
+    """The ScanOptions attributes ``options`` set, validated."""
+    canonical = {name.lower(): name for name in OPTION_NAMES}
+    unknown = sorted(key for key in options if key.lower() not in canonical)
+    if "provider" in unknown and {key.lower() for key in unknown} <= _TABLE_PROPERTIES:
+        raise ValueError(f"Data source 'dynsource' got Spark's table properties {unknown} instead of reader options: "
+                         f"CREATE TABLE ... USING dynsource cannot define a table; {_REGISTER}.")
+    if unknown:
+        raise ValueError(
+            f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are {sorted(OPTION_NAMES)}."
+        )
+    fields = (_OPTIONS[canonical[key.lower()]] for key in options)
+    return {field.name: field.metadata["parse"](field.metadata["option"], value)
+            for field, value in zip(fields, options.values(), strict=True)}

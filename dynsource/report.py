@@ -23,8 +23,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from dynsource import figures, store
-from dynsource.storage import FilterStore
+from dynsource import figures, filterstore
+from dynsource.filterstore import FilterStore
 
 log = logging.getLogger(__name__)
 # Reports of a handle's (and a table's) newest scans that the store keeps: a DataFrame plans a scan per action.
@@ -204,9 +204,9 @@ def save(report: ScanReport, filter_store: str | FilterStore | None) -> None:
     if report.handle is not None:
         directories.append(_directory(report.handle))
     for directory in directories:
-        store.put(f"{directory}/{_scan_name(report)}", json.dumps(asdict(report)).encode(), location)
+        location.put(f"{directory}/{_scan_name(report)}", json.dumps(asdict(report)).encode())
         for old in _scan_names(directory, location)[:-MAX_SCANS_KEPT]:
-            store.remove(f"{directory}/{old}", location)
+            location.remove(f"{directory}/{old}")
 
 
 def _utc(epoch_seconds: float) -> str:
@@ -357,7 +357,7 @@ def table_scans(table: str | None, path: str, location: FilterStore) -> Iterator
 
 
 def _read(directory: str, name: str, location: FilterStore) -> ScanReport:
-    fields = json.loads(store.get(f"{directory}/{name}", location))
+    fields = json.loads(location.get(f"{directory}/{name}"))
     tuples = {key: tuple(fields.get(key, ())) for key in ("data_columns", "partition_columns", "parts")}  # JSON lists
     return ScanReport(**{**fields, **tuples})
 
@@ -379,8 +379,8 @@ def _complete(report: ScanReport, scans: int | None) -> ScanReport:
 
 
 def _directory(handle: str) -> str:
-    store.validate_handle(handle)  # a handle names a directory: '../' must not reach outside the store
-    return f"{store.REPORTS}/{handle}"
+    filterstore.validate_handle(handle)  # a handle names a directory: '../' must not reach outside the store
+    return f"{filterstore.REPORTS}/{handle}"
 
 
 def _scan_name(report: ScanReport) -> str:
@@ -391,8 +391,8 @@ def _scan_name(report: ScanReport) -> str:
 def _table_directory(table: str | None, path: str) -> str:
     # A digest: paths hold '/' and ':'. With a table's path: two metastores may each have a 'default.sales'.
     key = f"table:{table}:{path}" if table else f"path:{path}"
-    return f"{store.REPORTS}/{_TABLES}/{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+    return f"{filterstore.REPORTS}/{_TABLES}/{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def _scan_names(directory: str, location: FilterStore) -> list[str]:
-    return [name for name in store.names(directory, location) if name.endswith(".json")]
+    return [name for name in location.names(directory) if name.endswith(".json")]

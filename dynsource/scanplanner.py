@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource import figures, files, planner, report, rowfilter, store
+from dynsource import figures, files, filterstore, report, rowfilter, splits
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
@@ -62,10 +62,10 @@ class PlannedScan:
     def file_paths(self) -> list[str]:
         return [f.path for p in self.listing.partitions for f in p.files]
 
-    def input_partitions(self) -> list[InputPartition]:
+    def input_partitions(self) -> list[splits.SplitGroup]:
         """The kept files packed for the Python reader, as Spark's ``FilePartition`` packs them."""
         options = self.options
-        return planner.plan(
+        return splits.pack(
             self.listing.partitions, self.values, self.read_columns, splittable=options.format == "parquet",
             max_partition_bytes=options.max_partition_bytes, open_cost_in_bytes=options.open_cost_in_bytes,
             min_partition_num=options.min_partition_num, row_filter=self.row_filter,
@@ -94,14 +94,14 @@ class ScanPlanner:
         if not options.dynamic_filter or not options.dynamic_filtering_enabled:
             return None, None
         try:
-            data = store.resolve(options.dynamic_filter, options.filter_store, wait_ms=options.dynamic_filter_wait_ms)
+            data = options.filter_store.resolve(options.dynamic_filter, options.dynamic_filter_wait_ms)
             if data.exceed_threshold:
                 log.warning("dynsource: dynamic filter '%s' exceeded the collector's threshold and holds no key, so "
                             "the scan of %s reads every partition%s; to prune, %s.", options.dynamic_filter,
                             options.path, " its partitionFilter keeps" if options.partition_filter else "",
                             _EXCEEDED_FIX)
             return data, None
-        except (LookupError, ValueError, OSError, store.FilterFailedError) as error:
+        except (LookupError, ValueError, OSError, filterstore.FilterFailedError) as error:
             if options.dynamic_filter_on_error == "fail":
                 raise
             log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",

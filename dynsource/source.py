@@ -9,9 +9,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource import figures, files, logs, planner, rowfilter, scanned
+from dynsource import figures, files, logs, rowfilter, scanned
 from dynsource.options import ScanOptions
 from dynsource.scanplanner import plan_scan
+from dynsource.splits import SplitGroup
 from dynsource.tableschema import table_schema, table_walk
 from dynsource.types import read_arrow_schema
 
@@ -230,10 +231,10 @@ class DynsourceReader(DataSourceReader):
         return plan_scan(self.options, self.schema, self.task_figures, self.scan_reader)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        if partition is None or partition.value is None:  # Spark turns an empty plan into one empty partition
+        if not isinstance(partition, SplitGroup):  # Spark turns an empty plan into one empty partition
             return
         logs.configure_worker(self.log_level)
-        plan: planner.SplitPlan = partition.value
+        plan = partition
         fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storage_options)[0])
         target = read_arrow_schema(self.schema)
         row_filter = rowfilter.open_row_filter(plan.row_filter)

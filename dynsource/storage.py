@@ -1,4 +1,4 @@
-"""Storage options: the fsspec keyword arguments (credentials, endpoint, region...) of a table or a filter store.
+"""Storage: fsspec filesystems by URL and their options (credentials, endpoint, region...), of tables and filter stores.
 
 They are what fsspec calls ``storage_options``, e.g. for s3fs
 ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``. Reader
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,33 +90,6 @@ def default_store() -> str:
         return configured
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(cache) / "dynsource" / "filters")
-
-
-@dataclass(frozen=True)
-class FilterStore:
-    """Where filter handles live: an fsspec directory URL and the storage options that open it.
-
-    One value instead of a (URL, options) pair; :meth:`of` resolves the default store once.
-    """
-
-    url: str
-    options: StorageOptions = NO_OPTIONS
-
-    @classmethod
-    def of(cls, store: str | FilterStore | None = None, options: Mapping[str, Any] | None = None) -> FilterStore:
-        """``store`` itself, or the store at URL ``store`` (default: :func:`default_store`) opened with ``options``."""
-        if isinstance(store, FilterStore):
-            return store
-        parsed = options if isinstance(options, StorageOptions) else StorageOptions(options)
-        return cls(store or default_store(), parsed)
-
-    def open(self) -> tuple[fsspec.AbstractFileSystem, str]:
-        """The store's filesystem and its root directory inside it (no trailing slash)."""
-        fs, root = filesystem(self.url, self.options)
-        return fs, root.rstrip("/")
-
-    def __str__(self) -> str:
-        return self.url
 
 
 def masked(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import pytest
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 import dynsource
-from dynsource import collector, files, store
+from dynsource import collector, files, filterstore
 from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
@@ -117,7 +117,7 @@ def test_an_unknown_field_is_logged_in_the_planning_process(spark, table, caplog
     options = ScanOptions.parse({"path": str(table), "dynamicFilter": handle})
     with caplog.at_level(logging.WARNING, logger="dynsource"):
         planned = plan_scan(options, read(spark, table).schema)
-    assert sum(len(p.value.splits) for p in planned) == 3
+    assert sum(len(p.splits) for p in planned) == 3
     assert "['nope'] are neither partition columns nor data columns" in caplog.text
     assert "reading every partition" in caplog.text
 
@@ -335,7 +335,7 @@ def test_an_exceeded_filter_is_one_logged_full_read_and_its_report_says_exceeded
     schema = StructType([StructField("v", LongType()), StructField("k", IntegerType())])
     with caplog.at_level(logging.WARNING, logger="dynsource"):
         planned = plan_scan(options, schema)
-    assert sum(len(p.value.splits) for p in planned) == 3
+    assert sum(len(p.splits) for p in planned) == 3
     assert [record.getMessage() for record in caplog.records] == [
         f"dynsource: dynamic filter '{handle}' exceeded the collector's threshold and holds no key, so the scan of "
         f"{table} reads every partition; to prune, collect it with a larger max_rows or max_bytes, or with kinds "
@@ -372,14 +372,14 @@ def test_an_unreachable_store_is_a_logged_full_read(spark, table, unreachable_st
         options = ScanOptions.parse({"path": str(table), "dynamicFilter": handle, "filterStore": filter_store})
         with caplog.at_level(logging.WARNING, logger="dynsource"):
             planned = plan_scan(options, schema)
-        assert sum(len(p.value.splits) for p in planned) == 3
+        assert sum(len(p.splits) for p in planned) == 3
         assert f"dynamic filter '{handle}' is not usable, reading every partition: Filter store '{filter_store}'" \
             in caplog.text
 
 
 def test_publishing_to_an_unreachable_store_names_it(spark, dim, unreachable_stores):
     for filter_store in unreachable_stores:
-        with pytest.raises(store.FilterStoreError, match=rf"Filter store '{filter_store}' cannot be written"):
+        with pytest.raises(filterstore.FilterStoreError, match=rf"Filter store '{filter_store}' cannot be written"):
             dynsource.collect(dim, {"k": "d_key"}, store=filter_store)
 
 
@@ -419,6 +419,7 @@ def test_a_one_letter_protocol_is_unknown_not_a_local_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"^Option 'path' = 'x://t' cannot be opened: Protocol not known: x "):
         files.open_table("x://t")
-    with pytest.raises(store.FilterStoreError, match=r"^Filter store 'x://f' cannot be written .*Protocol not known"):
+    with pytest.raises(filterstore.FilterStoreError,
+                       match=r"^Filter store 'x://f' cannot be written .*Protocol not known"):
         dynsource.publish(DynamicFilteringData([("k", "int")], [(1,)]), "x://f")
     assert list(tmp_path.iterdir()) == []

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import cli, store
+from dynsource import cli, handles
 
 DATA = dynsource.DynamicFilteringData([("k", "int")], [(1,)])
 
@@ -79,7 +79,7 @@ def test_expire_of_a_store_with_an_unknown_protocol_fails_naming_it(tmp_path):
 
 def test_expire_dry_run_lists_what_expire_then_removes_and_echoes_the_age_as_typed(tmp_path):
     root = str(tmp_path)
-    old, fresh = store.publish(DATA, root), store.publish(DATA, root)
+    old, fresh = handles.publish(DATA, root), handles.publish(DATA, root)
     stamp = time.time() - 8 * 86400
     os.utime(tmp_path / f"{old}.dynf", (stamp, stamp))
     dry = run_cli("expire", "--older-than", "7d", "--store", root, "--dry-run")

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import store
+from dynsource import handles
 from dynsource.filtering import DynamicFilteringData
 from tests.helpers import read, rows
 
@@ -38,18 +38,18 @@ def client(root: str, own: list[str], everyone: list[str], shared: list[str], se
     per_round = len(everyone) // len(own)
     published = resolved = 0
     for number, handle in enumerate(own):
-        store.publish(payload_for(handle), root, handle=handle)
+        handles.publish(payload_for(handle), root, handle=handle)
         published += 1
         others = [other for other in everyone[:(number + 1) * per_round] if other not in own]
         for other in chosen.sample(others, 6):
             # A handle its publisher has not reached yet is pending: wait for it.
-            assert store.resolve(other, root, wait_ms=120_000) == payload_for(other), other
+            assert handles.resolve(other, root, wait_ms=120_000) == payload_for(other), other
             resolved += 1
         for handle_of_all in shared:
             variant = chosen.randrange(VARIANTS)
-            store.publish(payload_for(handle_of_all, variant), root, handle=handle_of_all)
+            handles.publish(payload_for(handle_of_all, variant), root, handle=handle_of_all)
             published += 1
-            got = store.resolve(handle_of_all, root, wait_ms=120_000)
+            got = handles.resolve(handle_of_all, root, wait_ms=120_000)
             assert any(got == payload_for(handle_of_all, v) for v in range(VARIANTS)), handle_of_all
             resolved += 1
     return published, resolved
@@ -69,8 +69,8 @@ def process_client(root: str, assignments: list[list[str]], everyone: list[str],
 
 def test_processes_and_threads_never_see_a_torn_or_mixed_payload(tmp_path):
     root = str(tmp_path / "store")
-    everyone = [store.reserve(root) for _ in range(PROCESSES * THREADS * OWN_HANDLES)]
-    shared = [store.reserve(root) for _ in range(SHARED_HANDLES)]
+    everyone = [handles.reserve(root) for _ in range(PROCESSES * THREADS * OWN_HANDLES)]
+    shared = [handles.reserve(root) for _ in range(SHARED_HANDLES)]
     per_thread = [everyone[i::PROCESSES * THREADS] for i in range(PROCESSES * THREADS)]
     jobs = [(root, per_thread[p * THREADS:(p + 1) * THREADS], everyone, shared, p) for p in range(PROCESSES)]
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
@@ -80,30 +80,30 @@ def test_processes_and_threads_never_see_a_torn_or_mixed_payload(tmp_path):
     assert published == clients * OWN_HANDLES * (1 + SHARED_HANDLES)
     assert resolved == clients * OWN_HANDLES * (6 + SHARED_HANDLES)
     for handle in everyone:
-        assert store.resolve(handle, root) == payload_for(handle)
+        assert handles.resolve(handle, root) == payload_for(handle)
     assert not list((tmp_path / "store").glob("*.tmp"))
 
 
 def test_threads_on_an_in_memory_store(tmp_path):
     root = f"memory://concurrency-{tmp_path.name}"
-    everyone = [store.reserve(root) for _ in range(8 * OWN_HANDLES)]
-    shared = [store.reserve(root) for _ in range(2)]
+    everyone = [handles.reserve(root) for _ in range(8 * OWN_HANDLES)]
+    shared = [handles.reserve(root) for _ in range(2)]
     assert process_client(root, [everyone[i::8] for i in range(8)], everyone, shared, 0) == (8 * 3 * 3, 8 * 3 * 8)
 
 
 def test_expire_running_beside_readers_removes_only_what_is_not_leased(tmp_path):
     root = str(tmp_path)
     data = DynamicFilteringData([("k", "int")], [(1,)])
-    leased = [store.publish(data, root) for _ in range(6)]
+    leased = [handles.publish(data, root) for _ in range(6)]
     for handle in leased:
-        store.resolve(handle, root)
-    unused = [store.publish(data, root) for _ in range(6)]
+        handles.resolve(handle, root)
+    unused = [handles.publish(data, root) for _ in range(6)]
     stop, failures, removed = threading.Event(), [], []
 
     def reader(handle: str) -> None:
         while not stop.is_set():
             try:
-                assert store.resolve(handle, root) == data
+                assert handles.resolve(handle, root) == data
             except Exception as error:  # collected, and reported by the test
                 failures.append(error)
                 return
@@ -113,7 +113,7 @@ def test_expire_running_beside_readers_removes_only_what_is_not_leased(tmp_path)
         thread.start()
     try:
         for _ in range(10):
-            removed.extend(store.expire(0, root))
+            removed.extend(handles.expire(0, root))
     finally:
         stop.set()
         for thread in threads:
@@ -181,10 +181,10 @@ def test_a_handle_applies_only_to_the_queries_that_name_it(spark, fact, fact_row
 
 def test_a_handle_published_again_is_applied_as_published(spark, fact, fact_rows):
     # Workers cache resolved payloads: the second read must not reuse the first payload of the same handle.
-    handle = store.reserve()
-    store.publish(filter_on(k=[4]), handle=handle)
+    handle = handles.reserve()
+    handles.publish(filter_on(k=[4]), handle=handle)
     assert rows(read(spark, fact, dynamicFilter=handle).select("v", "k", "p")) == expected(fact_rows, ks={4})
-    store.publish(filter_on(k=[12]), handle=handle)
+    handles.publish(filter_on(k=[12]), handle=handle)
     assert rows(read(spark, fact, dynamicFilter=handle).select("v", "k", "p")) == expected(fact_rows, ks={12})
 
 

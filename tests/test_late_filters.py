@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import store
+from dynsource import handles
 from tests.helpers import read
 
 KEPT = dynsource.DynamicFilteringData([("k", "int")], [(2,)])
@@ -31,17 +31,17 @@ def scan(spark, table, handle, **options):
 
 
 def test_slow_publisher_is_waited_for(spark, table):
-    handle = store.reserve()
+    handle = handles.reserve()
     df = load(spark, table, handle, dynamicFilterWaitMs="60000")  # the schema does not need the filter
     # Published well after the action starts, so planning (a second or two away) has to wait for it.
-    threading.Timer(5.0, lambda: store.publish(KEPT, handle=handle)).start()
+    threading.Timer(5.0, lambda: handles.publish(KEPT, handle=handle)).start()
     assert sorted(row.v for row in df.collect()) == [2, 6]
     report = dynsource.scan_report(handle)
     assert report.filtering and report.wait_ms >= 500
 
 
 def test_publisher_that_never_publishes_reads_everything_after_the_wait(spark, table):
-    handle = store.reserve()
+    handle = handles.reserve()
     assert scan(spark, table, handle, dynamicFilterWaitMs="300") == list(range(8))
     report = dynsource.scan_report(handle)
     assert not report.filtering and "still being collected" in report.fallback_reason

@@ -39,3 +39,15 @@ def test_the_wheel_metadata_names_the_license_version_and_bounded_pyspark(wheel)
     assert any(name.endswith("licenses/LICENSE") for name in wheel.namelist())
     (pyspark,) = [r for r in metadata.get_all("Requires-Dist") if r.startswith("pyspark") and "extra" not in r]
     assert pyspark.replace(" ", "") == "pyspark<4.4,>=4.0"
+
+
+def test_every_public_name_resolves_and_a_worker_unpickling_the_source_loads_no_driver_module():
+    assert all(getattr(dynsource, name) is not None for name in dynsource.__all__)
+    assert callable(dynsource.sql) and dynsource.sql.__module__ == "dynsource.query"
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, dynsource.source; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, cwd=Path(dynsource.__file__).parents[1],
+    ).stdout.split()
+    driver_only = {"dynsource.query", "dynsource.autodpp", "dynsource.starjoin", "dynsource.collector",
+                   "dynsource.catalog", "dynsource.join", "dynsource.dimensions", "dynsource.handles"}
+    assert driver_only.isdisjoint(loaded) and "dynsource.source" in loaded

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import store
+from dynsource import handles
 from dynsource.filtering import MAGIC, MAX_HEADER_BYTES, DynamicFilteringData, bloom_size_bytes
 from tests.helpers import read, rows
 
@@ -132,7 +132,7 @@ def test_resolving_a_hostile_blob_raises_and_runs_nothing(hostile, tmp_path, mon
         "pickled Arrow extension type": "schema carries metadata",
     }[name]
     with pytest.raises(ValueError, match=expected):
-        store.resolve(HANDLE, str(root))
+        handles.resolve(HANDLE, str(root))
     assert not marker.exists()
     assert "dynsource_hostile_module" not in sys.modules
 
@@ -196,7 +196,7 @@ def test_each_defect_has_its_own_clear_error_raised_before_allocating(name, tmp_
     tracemalloc.start()
     try:
         with pytest.raises(ValueError, match=message):
-            store.resolve(HANDLE, root)
+            handles.resolve(HANDLE, root)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

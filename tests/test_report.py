@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import report, store
+from dynsource import handles, report
 from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
-from dynsource.storage import FilterStore
+from dynsource.filterstore import FilterStore
 from tests.helpers import read
 
 PLANNED = dict(path="/data/sales", payload_kind="exact", keys=31, payload_bytes=412, filtering=True,
@@ -116,7 +116,7 @@ def test_a_store_keeps_each_scan_of_a_handle_up_to_a_limit(tmp_path, monkeypatch
 
 def test_expire_keeps_a_handle_whose_newest_scan_report_is_recent(tmp_path):
     root = str(tmp_path)
-    handle = store.publish(DynamicFilteringData([("k", "int")], [(1,)]), root)
+    handle = handles.publish(DynamicFilteringData([("k", "int")], [(1,)]), root)
     report.save(report.ScanReport(handle=handle, **PLANNED), root)
     old = time.time() - 8 * 86400
     for path in tmp_path.rglob("*"):

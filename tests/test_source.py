@@ -24,7 +24,11 @@ def star(tmp_path_factory):
 def star_join(spark, store_sales, date_dim_path):
     spark.read.parquet(date_dim_path).createOrReplaceTempView("date_dim")
     store_sales.createOrReplaceTempView("store_sales")
-    return spark.sql(QUERY).collect()
+    try:
+        return spark.sql(QUERY).collect()
+    finally:  # a view left behind would shadow the tables other modules register under these names
+        spark.catalog.dropTempView("date_dim")
+        spark.catalog.dropTempView("store_sales")
 
 
 def december_2000(spark, date_dim_path):

@@ -1,4 +1,4 @@
-"""Partition planner: the files of kept partitions -> Spark InputPartitions.
+"""Splits: the files of kept partitions packed into Spark InputPartitions (the partition planner).
 
 Packs file splits the way Spark's ``FilePartition.getFilePartitions`` does, so a
 dynsource scan has the same task sizes as ``spark.read.parquet``: split size
@@ -34,8 +34,8 @@ class FileSplit:
 
 
 @dataclass(frozen=True)
-class SplitPlan:
-    """Everything ``read()`` needs for one InputPartition: Spark pickles the reader before ``partitions()`` runs.
+class SplitGroup(InputPartition):
+    """One InputPartition: everything ``read()`` needs, as Spark pickles the reader before ``partitions()`` runs.
 
     ``index`` is the InputPartition's position in the scan, which names its task's figures in the report;
     ``row_filter`` applies the dynamic filter's data-column fields.
@@ -47,7 +47,7 @@ class SplitPlan:
     row_filter: RowFilterSpec | None = None
 
 
-def plan(
+def pack(
     partitions: Sequence[Partition],
     partition_values: Sequence[tuple[Any, ...]],
     partition_columns: Sequence[str],
@@ -57,7 +57,7 @@ def plan(
     open_cost_in_bytes: int = DEFAULT_OPEN_COST_IN_BYTES,
     min_partition_num: int = 1,
     row_filter: RowFilterSpec | None = None,
-) -> list[InputPartition]:
+) -> list[SplitGroup]:
     """InputPartitions for the files of ``partitions``.
 
     ``partition_values[i]`` are the typed values of ``partition_columns`` for ``partitions[i]``;
@@ -80,7 +80,7 @@ def plan(
     columns = tuple(partition_columns)
     groups = _pack(splits, max_split, open_cost_in_bytes)
     return [
-        InputPartition(SplitPlan(columns, tuple(group), index, row_filter)) for index, group in enumerate(groups)
+        SplitGroup(columns, tuple(group), index, row_filter) for index, group in enumerate(groups)
     ]
 
 
