@@ -13,7 +13,7 @@ from dynsource import figures, files, logs, rowfilter, scanned
 from dynsource.options import ScanOptions
 from dynsource.scanplanner import plan_scan
 from dynsource.splits import SplitGroup
-from dynsource.tableschema import table_schema, table_walk
+from dynsource.tableschema import infer_schema
 from dynsource.types import read_arrow_schema
 
 
@@ -207,9 +207,7 @@ class DynsourceDataSource(DataSource):
 
     def table_schema(self) -> StructType:
         """The schema :meth:`schema` gives Spark, worked out without setting up a worker's logging."""
-        fs, walk = table_walk(self.scan_options)
-        listing = walk.enumerate()
-        return table_schema(listing, fs, self.scan_options)
+        return infer_schema(self.scan_options)
 
     def reader(self, schema: StructType) -> DynsourceReader:
         return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level, self.scan_reader)

@@ -26,6 +26,18 @@ def table_walk(options: ScanOptions) -> tuple[Any, PartitionEnumerator]:
     return fs, PartitionEnumerator(fs, root, base)
 
 
+def infer_schema(options: ScanOptions) -> StructType:
+    """The table's schema, listing only what it takes: the first branch of the walk when ``partitionColumns``
+    declares every partition column it meets (their types need no values), else the whole table, whose
+    partition values give the undeclared columns' types (and, with ``mergeSchema``, whose files are merged)."""
+    fs, walk = table_walk(options)
+    if options.partition_columns and not options.merge_schema:
+        branch = walk.enumerate(_first_branch)
+        if branch.partitions and set(branch.columns) <= set(dict(options.partition_columns)):
+            return table_schema(branch, fs, options)
+    return table_schema(walk.enumerate(), fs, options)
+
+
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
     """Data columns of the first data file (of them all with ``mergeSchema``), then the partition columns, as
     ``spark.read.parquet`` gives them."""

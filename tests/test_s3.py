@@ -220,6 +220,24 @@ def test_s3_reads_equal_spark_read_parquet_and_list_only_kept_partitions(spark, 
           f"all 60 -> {lists_all}")
 
 
+def test_a_schema_with_every_partition_column_declared_lists_one_branch(spark, s3, table):
+    server, options = s3
+    url, _ = table
+
+    def load_lists(**declared) -> tuple[str, int]:
+        before = server.lists(TABLE_BUCKET)
+        df = read(spark, url, storageOptions=json.dumps(options), **declared)
+        return df.schema.simpleString(), server.lists(TABLE_BUCKET) - before
+
+    inferred, lists_inferred = load_lists()
+    declared, lists_declared = load_lists(partitionColumns="region STRING, day INT")
+    half, lists_half = load_lists(partitionColumns="day INT")  # region's type needs every region's value
+    assert inferred == declared == half == "struct<id:bigint,amount:double,region:string,day:int>"
+    assert lists_declared <= LEVELS + LIST_OVERHEAD < 60 <= lists_inferred and lists_half >= 60
+    print(f"S3 LIST requests of the schema: inferred -> {lists_inferred}, every partition column declared -> "
+          f"{lists_declared}")
+
+
 def test_filter_store_options_are_used_for_the_store(spark, s3, table):
     _, options = s3
     url, _ = table
