@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from dynsource.query import explain_sql, sql
     from dynsource.report import QueryReport, ScanReport, scan_report, scan_reports
     from dynsource.source import DynsourceDataSource
+    from dynsource.writes import write
 
 __version__ = metadata.version("dynsource")
 
@@ -44,6 +45,7 @@ _PUBLIC = {
     "scan_report": "dynsource.report",
     "scan_reports": "dynsource.report",
     "sql": "dynsource.query",
+    "write": "dynsource.writes",
 }
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "scan_report",
     "scan_reports",
     "sql",
+    "write",
 ]
 
 

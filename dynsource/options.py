@@ -25,6 +25,7 @@ from dynsource.storage import StorageOptions
 FORMATS = ("parquet", "orc", "csv", "json")
 READERS = ("auto", "spark", "python")  # who reads a registered table's kept files in dynsource.sql, dynamic_join
 ON_ERROR = ("fallback", "fail")
+OVERWRITE_MODES = ("static", "dynamic")  # what a write's overwrite replaces: the whole table, or its partitions
 DEFAULT_BATCH_SIZE = 65536
 # openLooKeng's hive.dynamic-filtering-row-filtering-threshold default.
 DEFAULT_ROW_FILTER_MAX_KEYS = 2000
@@ -182,6 +183,7 @@ class ScanOptions:
                                                           _json_text)
     log_level: str | None = _option("logLevel", _log_level, None)
     reader: str = _option("reader", _choice(READERS), "auto")
+    partition_overwrite_mode: str = _option("partitionOverwriteMode", _choice(OVERWRITE_MODES), "static")
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:

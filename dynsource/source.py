@@ -15,6 +15,7 @@ from dynsource.scanplanner import plan_scan
 from dynsource.splits import SplitGroup
 from dynsource.tableschema import infer_schema
 from dynsource.types import read_arrow_schema
+from dynsource.writer import DynsourceWriter, plan_write
 
 
 class DynsourceDataSource(DataSource):
@@ -147,6 +148,12 @@ class DynsourceDataSource(DataSource):
         with its jars) in a classic session, else this one (``memory://``,
         ``s3://`` through fsspec, Spark Connect). ``spark`` where Spark cannot
         open the table is an error.
+    partitionOverwriteMode : str, default "static"
+        What a write in mode ``overwrite`` (``INSERT OVERWRITE``) replaces, as
+        Spark's ``spark.sql.sources.partitionOverwriteMode``: ``static``, the whole
+        table; ``dynamic``, only the partitions the write has rows for. Set it on
+        the write (``.option(...)``), or when registering a table for its
+        ``INSERT OVERWRITE``; ``dynsource.write`` takes the session's setting.
 
     Examples
     --------
@@ -208,6 +215,11 @@ class DynsourceDataSource(DataSource):
     def table_schema(self) -> StructType:
         """The schema :meth:`schema` gives Spark, worked out without setting up a worker's logging."""
         return infer_schema(self.scan_options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DynsourceWriter:
+        """Spark's writes into the table (``save``, ``INSERT INTO`` / ``INSERT OVERWRITE`` of a registered table):
+        checked here, on the driver, before any task writes."""
+        return DynsourceWriter(plan_write(self.scan_options, schema), overwrite)
 
     def reader(self, schema: StructType) -> DynsourceReader:
         return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level, self.scan_reader)

@@ -32,7 +32,7 @@ def infer_schema(options: ScanOptions) -> StructType:
     partition values give the undeclared columns' types (and, with ``mergeSchema``, whose files are merged)."""
     fs, walk = table_walk(options)
     if options.partition_columns and not options.merge_schema:
-        branch = walk.enumerate(_first_branch)
+        branch = walk.enumerate(first_branch)
         if branch.partitions and set(branch.columns) <= set(dict(options.partition_columns)):
             return table_schema(branch, fs, options)
     return table_schema(walk.enumerate(), fs, options)
@@ -56,7 +56,7 @@ def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
     """Check a declared schema against the table: the walk down its first branch and that branch's first file;
     with ``mergeSchema``, the whole walk and every file (see :func:`schemas.check_declared`)."""
     fs, walk = table_walk(options)
-    listing = walk.enumerate() if options.merge_schema else walk.enumerate(_first_branch)
+    listing = walk.enumerate() if options.merge_schema else walk.enumerate(first_branch)
     paths = [f.path for p in listing.partitions for f in p.files][: None if options.merge_schema else 1]
     stored = _stored_schema(paths, fs, options) if paths else None
     one_file = paths and not options.merge_schema
@@ -65,7 +65,8 @@ def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
                            time_zone=options.time_zone)
 
 
-def _first_branch(level: Level) -> list[bool]:
+def first_branch(level: Level) -> list[bool]:
+    """A level filter keeping only the first directory of each level."""
     return [index == 0 for index in range(len(level.raw_rows))]
 
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from benchmarks import curves, run, star, throughput, tpcds
+from benchmarks import curves, run, star, throughput, tpcds, writes
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,11 @@ def test_the_throughput_modes_agree_and_are_timed(spark, tmp_path):
     for result in results.values():
         assert set(result["seconds"]) == set(throughput.MODES) and result["ratio_to_spark"]["spark.read.parquet"] == 1
     assert not [table for table in throughput.TABLES if spark.catalog.tableExists(table)]
+
+
+def test_the_write_benchmark_checks_both_tables_and_times_both_writers(spark):
+    result = writes.run(spark, 2000, 5, repeat=1)
+    assert set(result["seconds"]) == set(writes.MODES) and result["ratio_to_spark"][writes.MODES[0]] == 1
 
 
 def test_tpcds_double_quoted_names_become_spark_identifiers():

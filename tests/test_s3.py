@@ -285,3 +285,25 @@ def test_auto_reads_an_s3_table_by_the_python_reader_as_spark_cannot_open_it(spa
     df = dynsource.sql(spark, f"SELECT * FROM {registered} WHERE day = 4")
     assert rows(df.select(*COLUMNS)) == [row for row in expected_rows if row.day == 4]
     assert "BatchScan" in df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_writes_to_s3_equal_the_same_writes_on_local_disk(spark, s3, tmp_path):
+    _, options = s3
+    url, local = f"s3://{TABLE_BUCKET}/written", str(tmp_path / "written")
+    given = {"storageOptions": json.dumps(options), "partitionColumns": "region STRING, day INT"}
+
+    def loaded(days, region):
+        return spark.createDataFrame([(day * 10 + i, i * 0.5, region, day) for day in days for i in range(3)], SCHEMA)
+
+    steps = [("append", loaded(range(1, 4), "east"), {}), ("append", loaded(range(2, 5), "west"), {}),
+             ("overwrite", loaded(range(3, 4), "east"), {"partitionOverwriteMode": "dynamic"}),
+             ("append", loaded(range(4, 5), "east"), {})]
+    for mode, df, extra in steps:
+        for path in (url, local):
+            df.write.format("dynsource").option("path", path).options(**given, **extra).mode(mode).save()
+        assert rows(read(spark, url, SCHEMA, storageOptions=given["storageOptions"])) == \
+            rows(spark.read.parquet(local).select(*COLUMNS)), (mode, extra)
+    fs = s3fs.S3FileSystem(**options)
+    fs.invalidate_cache()
+    assert not [key for key in fs.find(f"{TABLE_BUCKET}/written") if ".dynsource-staging" in key]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{TABLE_BUCKET}/written")) == ["region=east", "region=west"]

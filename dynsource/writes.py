@@ -1,0 +1,92 @@
+"""``dynsource.write``: a DataFrame into a registered dynsource table or a table directory, in any save mode.
+
+Spark's own paths reach the same writer (:mod:`dynsource.writer`):
+``df.write.format("dynsource").option("path", ...).mode("append" | "overwrite").save()``,
+and for a registered table ``INSERT INTO`` / ``INSERT OVERWRITE``, ``df.writeTo(t).append()``
+and ``df.write.insertInto(t)``. What they cannot carry is here: the modes
+``error`` / ``errorifexists`` and ``ignore`` (Spark takes only append and
+overwrite from a Python source), the session's ``partitionOverwriteMode``
+(Spark does not pass its settings to a Python source), and a registered table's
+columns matched by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame
+
+from dynsource import catalog, files, partitions
+from dynsource.options import ScanOptions
+
+MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
+OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
+
+
+def write(df: DataFrame, target: str, *, mode: str = "append", options: Mapping[str, str] | None = None) -> None:
+    """Write ``df`` into ``target``: a registered dynsource table's name, or a table directory (URL or path).
+
+    Parameters
+    ----------
+    mode : str, default "append"
+        As ``DataFrameWriter.mode``: ``append``; ``overwrite``, which replaces the whole table, or with
+        ``partitionOverwriteMode`` ``dynamic`` (the option, else the table's stored one, else the session's
+        ``spark.sql.sources.partitionOverwriteMode``) only the partitions ``df`` has rows for; ``error`` /
+        ``errorifexists``, an error when the table has data; ``ignore``, nothing written when it has.
+    options : mapping, optional
+        Writer options: ``partitionColumns`` (DDL; a path's table otherwise keeps the partition columns of its
+        directories), ``format``, ``storageOptions``, ``partitionOverwriteMode``.
+
+    A registered table's columns are matched by name and must have the table's types.
+    """
+    if mode.lower() not in MODES:
+        raise ValueError(f"Save mode {mode!r} is not valid; expected one of {list(MODES)}.")
+    spark, options = df.sparkSession, dict(options or {})
+    if _is_path(target):
+        scan_options = ScanOptions.parse({**options, "path": target})
+        writer = df.write.format("dynsource").option("path", target)
+        stored = {}
+    else:
+        definition = catalog.load_definition(spark, target)
+        if "format" in options and options["format"].lower() != definition.scan_options.format:
+            raise ValueError(f"Option 'format' = {options['format']!r}, but table '{target}' is defined as "
+                             f"{definition.scan_options.format}.")
+        scan_options = definition.scan_options.with_options(options)
+        writer = _aligned(df, definition, target).write.format(catalog.SOURCE_PREFIX + definition.table)
+        stored = {name.lower() for name in definition.options}
+    if "partitionoverwritemode" not in {*stored, *(name.lower() for name in options)}:
+        options["partitionOverwriteMode"] = str(spark.conf.get(OVERWRITE_CONF, "static")).lower()
+    if mode.lower() in ("error", "errorifexists", "ignore") and _has_data(scan_options):
+        if mode.lower() == "ignore":
+            return
+        raise ValueError(f"Table '{target}' already has data (save mode '{mode}'); write with mode 'append' or "
+                         "'overwrite', or choose another table.")
+    writer.options(**options).mode("overwrite" if mode.lower() == "overwrite" else "append").save()
+
+
+def _is_path(target: str) -> bool:
+    return "/" in target or "://" in target
+
+
+def _aligned(df: DataFrame, definition: catalog.TableDefinition, table: str) -> DataFrame:
+    """``df``'s columns in the order of the table's, by name; their types must be the table's."""
+    names = definition.schema.names
+    missing, extra = [n for n in names if n not in df.columns], [c for c in df.columns if c not in names]
+    if missing or extra:
+        raise ValueError(f"The DataFrame's columns do not match table '{table}': missing {missing}, not in the "
+                         f"table {extra}; the table's columns are {names}.")
+    given = {f.name: f.dataType for f in df.schema.fields}
+    for field in definition.schema.fields:
+        if given[field.name] != field.dataType:
+            raise ValueError(f"Column '{field.name}' is {given[field.name].simpleString()} in the DataFrame but "
+                             f"{field.dataType.simpleString()} in table '{table}'; cast it first.")
+    return df.select(*names)
+
+
+def _has_data(options: ScanOptions) -> bool:
+    fs, root = files.open_table(options.path, options.storage_options)
+    try:
+        listed = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return False
+    return any(not partitions.is_hidden(path.rstrip("/").rsplit("/", 1)[-1]) for path in listed)

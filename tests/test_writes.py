@@ -1,0 +1,228 @@
+"""Writes into dynsource tables: every save mode, Spark's layout, atomic commits, registered tables, bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+from decimal import Decimal
+
+import pyarrow.dataset as ds
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+from pyspark.sql.utils import AnalysisException
+
+import dynsource
+from dynsource import writer as dynsource_writer
+from dynsource.options import ScanOptions
+from tests.helpers import read, rows
+
+SCHEMA = "id bigint, amount decimal(7,2), day date, region string, store int"
+PARTITIONED = "region STRING, store INT"
+
+
+def sales(spark, days: range, stores: int = 3, per_day: int = 4):
+    """Rows of ``days`` (days after 2024-01-01) in ``stores`` stores; regions with characters Spark escapes,
+    a null and an empty string (both Spark's null partition)."""
+    regions = ["north/east", "a b", "x=y%", None, ""]
+    data = [(day * 100 + i, Decimal(f"{day}.{i:02d}"), dt.date(2024, 1, 1) + dt.timedelta(days=day),
+             regions[(day + i) % len(regions)], i % stores) for day in days for i in range(per_day)]
+    return spark.createDataFrame(data, SCHEMA)
+
+
+def leaves(root) -> list[str]:
+    """The directories holding data files, relative to ``root`` (Spark's _SUCCESS marker aside)."""
+    return sorted(os.path.relpath(d, root) for d, _, names in os.walk(root)
+                  if any(not n.startswith(("_", ".")) for n in names) and not os.path.basename(d).startswith("."))
+
+
+def save(df, path, mode="append", **options):
+    df.write.format("dynsource").option("path", str(path)).options(**options).mode(mode).save()
+
+
+def test_a_write_has_sparks_layout_and_reads_back_equal_everywhere(spark, tmp_path):
+    df = sales(spark, range(5))
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    save(df, ours, partitionColumns=PARTITIONED)
+    df.write.partitionBy("region", "store").parquet(str(theirs))
+    assert leaves(ours) == leaves(theirs) and "region=north%2Feast/store=0" in leaves(ours)
+    expected = rows(spark.read.parquet(str(theirs)))
+    assert rows(spark.read.parquet(str(ours))) == expected
+    assert rows(read(spark, ours)) == expected
+    assert spark.read.parquet(str(ours)).schema == spark.read.parquet(str(theirs)).schema
+    by_arrow = ds.dataset(str(ours), partitioning="hive").to_table()
+    assert sorted(by_arrow.column_names) == sorted(df.columns) and by_arrow.num_rows == df.count()
+    assert not [name for name in os.listdir(ours) if name.startswith(".dynsource")]  # no staging left
+
+
+def test_every_mode_on_a_path_as_spark_writes_it(spark, tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    steps = [("append", range(0, 3)), ("append", range(3, 5)), ("overwrite", range(4, 6)), ("append", range(6, 7))]
+    for mode, days in steps:
+        df = sales(spark, days)
+        save(df, ours, mode, partitionColumns=PARTITIONED)
+        df.write.partitionBy("region", "store").mode(mode).parquet(str(theirs))
+        assert rows(read(spark, ours)) == rows(spark.read.parquet(str(theirs))), (mode, days)
+    existing = rows(read(spark, ours))
+    with pytest.raises(ValueError, match=r"already has data \(save mode 'error'\)"):
+        dynsource.write(sales(spark, range(9, 10)), str(ours), mode="error")
+    dynsource.write(sales(spark, range(9, 10)), str(ours), mode="ignore")
+    assert rows(read(spark, ours)) == existing
+    fresh = tmp_path / "fresh"
+    dynsource.write(sales(spark, range(2)), str(fresh), mode="errorifexists", options={"partitionColumns": "store INT"})
+    assert leaves(fresh) == ["store=0", "store=1", "store=2"]
+    with pytest.raises((AnalysisException, PySparkException), match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        save(sales(spark, range(1)), fresh, "error")  # Spark's own save() takes only append and overwrite
+
+
+def test_dynamic_overwrite_replaces_only_the_partitions_written(spark, tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    first, again = sales(spark, range(6), stores=3), sales(spark, range(20, 22), stores=2)
+    save(first, ours, partitionColumns=PARTITIONED)
+    first.write.partitionBy("region", "store").parquet(str(theirs))
+    save(again, ours, "overwrite", partitionOverwriteMode="dynamic")
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        again.write.partitionBy("region", "store").mode("overwrite").parquet(str(theirs))
+        assert rows(read(spark, ours)) == rows(spark.read.parquet(str(theirs)))
+        dynsource.write(first.where("store = 2"), str(ours), mode="overwrite")  # the session's setting
+        first.where("store = 2").write.partitionBy("region", "store").mode("overwrite").parquet(str(theirs))
+        assert rows(read(spark, ours)) == rows(spark.read.parquet(str(theirs)))
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+
+
+@pytest.mark.parametrize("fmt", ["orc", "csv", "json"])
+def test_other_formats_read_back_through_dynsource(spark, tmp_path, fmt):
+    df = spark.createDataFrame([(i, f"n{i}", i % 2) for i in range(10)], "id bigint, name string, part int")
+    save(df, tmp_path / fmt, format=fmt, partitionColumns="part INT")
+    assert leaves(tmp_path / fmt) == ["part=0", "part=1"]
+    assert rows(read(spark, tmp_path / fmt, "id bigint, name string, part int", format=fmt)) == rows(df)
+
+
+def test_a_task_that_fails_half_way_leaves_nothing_visible(spark, tmp_path):
+    table = tmp_path / "t"
+    save(sales(spark, range(2)), table, partitionColumns=PARTITIONED)
+    before, layout = rows(read(spark, table)), leaves(table)
+    failing = sales(spark, range(10, 30)).repartition(2).selectExpr(  # the task holding id 2510 fails half-way
+        "id", "amount", "day", "region",
+        "CAST(CASE WHEN id < 2510 THEN store ELSE raise_error('boom') END AS INT) store")
+    with pytest.raises(Exception, match="boom"):
+        save(failing, table)
+    assert rows(read(spark, table)) == before and leaves(table) == layout
+    assert not [name for name in os.listdir(table) if name.startswith(".dynsource")]  # abort removed the staging
+
+
+def test_only_the_attempts_spark_kept_are_published(tmp_path):
+    """A retried or speculative attempt writes its own files; the commit publishes the attempts it is given."""
+    import pyarrow as pa
+
+    options = ScanOptions.parse({"path": str(tmp_path / "t"), "partitionColumns": "p INT"})
+    job = dynsource_writer.DynsourceWriter(
+        dynsource_writer.WriteTarget(options.path, options.storage_options, "parquet", ("p",)), overwrite=False)
+    batch = pa.record_batch({"v": [1, 2], "p": pa.array([7, 7], pa.int32())})
+    failed, retried = job.write(iter([batch])), job.write(iter([batch]))
+    assert failed.attempt != retried.attempt and failed.files[0].name != retried.files[0].name
+    job.commit([retried])
+    assert ds.dataset(str(tmp_path / "t"), partitioning="hive").to_table().num_rows == 2
+    assert os.listdir(tmp_path / "t") == ["p=7"]
+
+
+def test_a_reader_during_appends_sees_whole_loads(spark, tmp_path):
+    table = tmp_path / "t"
+    save(sales(spark, range(1), per_day=50), table, partitionColumns="day DATE")
+    seen, errors, done = set(), [], threading.Event()
+
+    def poll():
+        while not done.is_set():
+            try:
+                seen.add(ds.dataset(str(table), partitioning="hive").count_rows())
+            except Exception as error:  # reported by the assertion below
+                errors.append(error)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for day in range(1, 6):  # each load a new day: one rename publishes it
+            save(sales(spark, range(day, day + 1), per_day=50), table)
+    finally:
+        done.set()
+        poller.join()
+    assert not errors and seen and seen <= {50 * n for n in range(1, 7)}
+
+
+def test_registered_table_takes_insert_into_overwrite_and_write_to(spark, tmp_path, definitions):
+    path = tmp_path / "daily"
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
+    save(sales(spark, range(1)), path, partitionColumns="day DATE")
+    dynsource.register_table(spark, "daily_sales", path=str(path), definitions=definitions, replace=True,
+                             partitionOverwriteMode="dynamic")
+    native = tmp_path / "native"
+    sales(spark, range(1)).write.partitionBy("day").parquet(str(native))
+    dates = spark.createDataFrame([(dt.date(2024, 1, 1) + dt.timedelta(days=d), d % 7 == 3) for d in range(10)],
+                                  "d_date date, d_holiday boolean")
+    dates.createOrReplaceTempView("dates")
+    query = "SELECT count(*), sum(amount) FROM {t} JOIN dates ON day = d_date WHERE d_holiday"
+    try:
+        steps = [
+            lambda: sales(spark, range(1, 4)).createOrReplaceTempView("load") or spark.sql(
+                "INSERT INTO daily_sales SELECT id, amount, region, store, day FROM load"),
+            lambda: sales(spark, range(3, 4), per_day=2).writeTo("daily_sales").append(),
+            lambda: sales(spark, range(3, 5)).createOrReplaceTempView("load") or spark.sql(
+                "INSERT OVERWRITE daily_sales SELECT id, amount, region, store, day FROM load"),
+            lambda: dynsource.write(sales(spark, range(9, 11)), "daily_sales"),
+        ]
+        natives = [lambda: sales(spark, range(1, 4)).write.partitionBy("day").mode("append").parquet(str(native)),
+                   lambda: sales(spark, range(3, 4), per_day=2).write.partitionBy("day").mode("append")
+                   .parquet(str(native)), None,
+                   lambda: sales(spark, range(9, 11)).write.partitionBy("day").mode("append").parquet(str(native))]
+        for step, native_step in zip(steps, natives, strict=True):
+            step()
+            if native_step is None:  # dynamic overwrite of days 3 and 4, as the table's stored option says
+                spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+                sales(spark, range(3, 5)).write.partitionBy("day").mode("overwrite").parquet(str(native))
+                spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
+            else:
+                native_step()
+            spark.read.parquet(str(native)).createOrReplaceTempView("native_sales")
+            df = dynsource.sql(spark, query.format(t="daily_sales"))
+            assert df.collect() == spark.sql(query.format(t="native_sales")).collect()
+            assert dynsource.scan_report(df).assignments[0].handle is not None  # pruned by the holidays
+            assert rows(spark.table("daily_sales")) == rows(spark.read.parquet(str(native)).select(
+                *spark.table("daily_sales").columns))
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+        dynsource.drop_table(spark, "daily_sales", definitions=definitions)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"partitionColumns": "shop INT"}, r"The rows to write have no partition column 'shop'"),
+    ({"partitionColumns": "store BIGINT"}, r"Partition column 'store' is int in the rows to write, but option "
+                                           r"'partitionColumns' declares it bigint"),
+    ({"partitionColumns": "amount DECIMAL(7,2), id BIGINT, day DATE, region STRING, store INT"},
+     r"Every column of the rows to write is a partition column"),
+])
+def test_bad_writes_are_clear_errors_and_write_nothing(spark, tmp_path, options, message):
+    with pytest.raises(Exception, match=message):
+        save(sales(spark, range(1)), tmp_path / "t", **options)
+    assert not (tmp_path / "t").exists() or leaves(tmp_path / "t") == []
+
+
+def test_writes_into_a_file_a_float_partition_or_another_format_are_refused(spark, tmp_path, definitions):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception, match=r"Option 'path' = '.*file' is a file; a write needs the table's directory"):
+        save(sales(spark, range(1)), tmp_path / "file")
+    floats = spark.createDataFrame([(1, 0.5)], "id bigint, ratio double")
+    with pytest.raises(Exception, match=r"Partition column 'ratio' is of type double; dynsource writes partition"):
+        save(floats, tmp_path / "floats", partitionColumns="ratio DOUBLE")
+    save(sales(spark, range(1)), tmp_path / "t", partitionColumns="store INT")
+    dynsource.register_table(spark, "typed_sales", path=str(tmp_path / "t"), definitions=definitions, replace=True)
+    try:
+        with pytest.raises(ValueError, match=r"Option 'format' = 'csv', but table 'typed_sales' is defined as parquet"):
+            dynsource.write(sales(spark, range(1)), "typed_sales", options={"format": "csv"})
+        with pytest.raises(ValueError, match=r"Column 'amount' is double in the DataFrame but decimal\(7,2\)"):
+            dynsource.write(sales(spark, range(1)).withColumn("amount", F.col("amount").cast("double")),
+                            "typed_sales")
+    finally:
+        dynsource.drop_table(spark, "typed_sales", definitions=definitions)
