@@ -46,7 +46,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from dynsource import files, partitions, storage, tableschema
+from dynsource.enumerator import Listing
 from dynsource.options import ScanOptions
+from dynsource.storage import StorageOptions
 from dynsource.types import normalize_type
 
 STAGING_PREFIX = ".dynsource-staging-"
@@ -59,7 +61,7 @@ class WriteTarget:
     """Where and how a write puts its rows: what :meth:`DynsourceWriter.write` needs in the tasks."""
 
     url: str
-    storage_options: Any  # StorageOptions of the table's filesystem
+    storage_options: StorageOptions
     format: str
     partition_columns: tuple[str, ...]
     partition_overwrite_mode: str = "static"
@@ -243,7 +245,10 @@ def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
         raise ValueError(f"Option 'path' = {options.path!r} is a file; a write needs the table's directory.")
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     declared = dict(options.partition_columns)
-    columns = tuple(declared) or _existing_partition_columns(fs, root, options)
+    existing = _existing_branch(fs, root, options)
+    columns = tuple(declared) or (existing.columns if existing is not None else ())
+    if existing is not None and options.format in ("parquet", "orc"):  # csv and json files store no types
+        _check_data_columns(types, columns, tableschema.table_schema(existing, fs, options), options.path)
     for column in columns:
         if column not in types:
             raise ValueError(f"The rows to write have no partition column '{column}' (the table's partition columns "
@@ -261,10 +266,23 @@ def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
                        options.partition_overwrite_mode)
 
 
-def _existing_partition_columns(fs: Any, root: str, options: ScanOptions) -> tuple[str, ...]:
-    """The partition columns of the table's existing directories, found down its first branch; () if it is empty."""
+def _existing_branch(fs: Any, root: str, options: ScanOptions) -> Listing | None:
+    """The walk down the table's first branch to its first data file; None for a table with no data yet."""
     if not fs.exists(root):
-        return ()
+        return None
     _, walk = tableschema.table_walk(options)
     listing = walk.enumerate(tableschema.first_branch)
-    return listing.columns if listing.partitions else ()
+    return listing if any(p.files for p in listing.partitions) else None
+
+
+def _check_data_columns(types: dict[str, str], partition_columns: Sequence[str], table: StructType, path: str) -> None:
+    """The rows' data columns must be those of the table's files, with their types (checked on its first file)."""
+    stored = {f.name: f.dataType.simpleString() for f in table.fields if f.name not in partition_columns}
+    given = {name: type_name for name, type_name in types.items() if name not in partition_columns}
+    if set(stored) != set(given):
+        raise ValueError(f"The rows to write have the data columns {sorted(given)}, but the files of table "
+                         f"'{path}' have {sorted(stored)}.")
+    for name, type_name in stored.items():
+        if given[name] != type_name:
+            raise ValueError(f"Column '{name}' is {given[name]} in the rows to write, but {type_name} in the files "
+                             f"of table '{path}'; cast it first.")

@@ -297,7 +297,8 @@ def test_writes_to_s3_equal_the_same_writes_on_local_disk(spark, s3, tmp_path):
 
     steps = [("append", loaded(range(1, 4), "east"), {}), ("append", loaded(range(2, 5), "west"), {}),
              ("overwrite", loaded(range(3, 4), "east"), {"partitionOverwriteMode": "dynamic"}),
-             ("append", loaded(range(4, 5), "east"), {})]
+             ("append", loaded(range(4, 5), "east"), {}), ("overwrite", loaded(range(5, 7), "west"), {}),
+             ("append", loaded(range(1, 2), "east"), {})]
     for mode, df, extra in steps:
         for path in (url, local):
             df.write.format("dynsource").option("path", path).options(**given, **extra).mode(mode).save()
@@ -307,3 +308,4 @@ def test_writes_to_s3_equal_the_same_writes_on_local_disk(spark, s3, tmp_path):
     fs.invalidate_cache()
     assert not [key for key in fs.find(f"{TABLE_BUCKET}/written") if ".dynsource-staging" in key]
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{TABLE_BUCKET}/written")) == ["region=east", "region=west"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{TABLE_BUCKET}/written/region=west")) == ["day=5", "day=6"]

@@ -209,6 +209,18 @@ def test_bad_writes_are_clear_errors_and_write_nothing(spark, tmp_path, options,
     assert not (tmp_path / "t").exists() or leaves(tmp_path / "t") == []
 
 
+def test_an_append_must_have_the_tables_data_columns_and_types(spark, tmp_path):
+    save(sales(spark, range(1)), tmp_path / "t", partitionColumns="store INT")
+    with pytest.raises(Exception, match=r"Column 'amount' is double in the rows to write, but decimal\(7,2\) in "
+                                        r"the files of table"):
+        save(sales(spark, range(1, 2)).withColumn("amount", F.col("amount").cast("double")), tmp_path / "t")
+    with pytest.raises(Exception, match=r"The rows to write have the data columns \['amount', 'day', 'id'\], but "
+                                        r"the files of table '.*' have \['amount', 'day', 'id', 'region'\]"):
+        save(sales(spark, range(1, 2)).drop("region"), tmp_path / "t")
+    assert rows(read(spark, tmp_path / "t")) == rows(sales(spark, range(1)).select(
+        "id", "amount", "day", "region", "store"))
+
+
 def test_writes_into_a_file_a_float_partition_or_another_format_are_refused(spark, tmp_path, definitions):
     (tmp_path / "file").write_text("x")
     with pytest.raises(Exception, match=r"Option 'path' = '.*file' is a file; a write needs the table's directory"):
