@@ -46,6 +46,12 @@ class DynsourceDataSource(DataSource):
     table in each Python worker). Every scan's report, with a handle or not, is
     ``dynsource.scan_report(df)`` after an action on ``df``.
 
+    Writes (``df.write.format("dynsource").option("path", ...).mode("append" |
+    "overwrite").save()``, ``INSERT INTO`` / ``INSERT OVERWRITE`` of a registered
+    table, ``dynsource.write``) put the rows in Spark's partition layout under the
+    partition columns of ``partitionColumns`` (else of the table's directories),
+    staged in a hidden directory and published by one commit on the driver.
+
     Options
     -------
     path : str, required
