@@ -9,6 +9,7 @@ decision is taken level by level, nothing below a pruned directory is listed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -54,6 +55,9 @@ class Listing:
     pruned: dict[str, int] = field(default_factory=dict)  # directories pruned at each partition column's level
     listed_paths: list[str] = field(default_factory=list)
     values: PartitionValues | None = None  # the partitions', when the walk typed them
+    # Why a dynamic filter stopped pruning (below a level, or whole when ``filter_dropped``), if it did.
+    filter_set_aside: str | None = None
+    filter_dropped: bool = False  # the filter names fields the table does not have: none of it was used
 
     @property
     def directories_pruned(self) -> int:
@@ -281,7 +285,7 @@ class DynamicPartitionEnumerator:
     on_error : {"fallback", "fail"}
         What a filter that cannot be applied does: read everything (logged) or raise.
         A filter naming a field that is neither a partition nor a data column
-        is set aside whole: ``data`` is None after :meth:`enumerate`.
+        is set aside whole; the listing says so (``filter_dropped``) and why.
     static_filter : LevelFilter, optional
         A per-level decision known before the scan (the WHERE filters Spark pushed);
         a directory is descended into only when both it and the dynamic filter keep it.
@@ -304,32 +308,32 @@ class DynamicPartitionEnumerator:
         self.time_zone = time_zone
         self.on_error = on_error
         self.data: DynamicFilteringData | None = None
-        self.fallback_reason: str | None = None
 
     def set_dynamic_filtering_data(self, data: DynamicFilteringData) -> None:
         self.data = data
 
     def enumerate(self) -> Listing:
+        """The walk pruned by the static and dynamic filters; a filter set aside is recorded in the listing."""
         dynamic = self.data is not None and self.data.is_filtering
-        listing = self._walk(dynamic)
+        set_aside: list[str] = []  # the reason the dynamic filter stopped pruning during this walk
+        listing = self._walk(dynamic, set_aside)
         unknown = self._unknown_fields(listing) if dynamic else None
         if unknown is None:
-            return listing
+            return dataclasses.replace(listing, filter_set_aside=next(iter(set_aside), None))
         if self.on_error == "fail":
             raise ValueError(unknown)
         # The filter was collected for another table or with another mapping: none of it can be trusted here.
-        self.fallback_reason = unknown
-        self.data = None
         log.warning("dynsource: %s; reading every partition.", unknown)
-        return self._walk(dynamic=False)
+        return dataclasses.replace(self._walk(False, []), filter_set_aside=unknown, filter_dropped=True)
 
-    def _walk(self, dynamic: bool) -> Listing:
-        level_filters = [f for f in (self.static_filter, self._keep if dynamic else None) if f is not None]
+    def _walk(self, dynamic: bool, set_aside: list[str]) -> Listing:
+        keep = functools.partial(self._keep, set_aside) if dynamic else None
+        level_filters = [f for f in (self.static_filter, keep) if f is not None]
         typing = PartitionTyping(self.column_types, self.time_zone)
         return self.static.enumerate(_kept_by_all(level_filters) if level_filters else None, typing)
 
-    def _keep(self, level: Level) -> Sequence[bool] | None:
-        if self.fallback_reason is not None:
+    def _keep(self, set_aside: list[str], level: Level) -> Sequence[bool] | None:
+        if set_aside:
             return None
         fields = {name.lower() for name in self.data.field_names}
         filtered = [column for column in level.columns if column.lower() in fields]
@@ -344,8 +348,8 @@ class DynamicPartitionEnumerator:
         except (TypeError, ValueError) as error:
             if self.on_error == "fail":
                 raise
-            self.fallback_reason = f"cannot apply the dynamic filter to column '{level.columns[-1]}': {error}"
-            log.warning("dynsource: %s; reading every partition below this level.", self.fallback_reason)
+            set_aside.append(f"cannot apply the dynamic filter to column '{level.columns[-1]}': {error}")
+            log.warning("dynsource: %s; reading every partition below this level.", set_aside[0])
             return None
 
     def _unknown_fields(self, listing: Listing) -> str | None:

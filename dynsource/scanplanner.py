@@ -133,7 +133,7 @@ class ScanPlanner:
         _check_data_columns(schema, listing, fs, options)
         values = tuple(listing.typed_rows(read_columns))
         scan_id = uuid.uuid4().hex
-        applied = enumerator.data is not None  # False also when the enumerator set the filter aside
+        applied = data is not None and not listing.filter_dropped
         row_filter, rows_reason = None, None
         if applied:
             schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
@@ -144,7 +144,7 @@ class ScanPlanner:
             )
         reason = None
         if options.dynamic_filter and options.dynamic_filtering_enabled:
-            reason = unusable or enumerator.fallback_reason
+            reason = unusable or listing.filter_set_aside
             if data is not None and not data.is_filtering:
                 reason = f"the filter exceeded the collector's threshold: {_EXCEEDED_FIX}"
         return PlannedScan(options, schema, scan_id, listing, read_columns, values, data, applied, reason,

@@ -193,7 +193,7 @@ def check_case(case: Case, stats: Counter) -> None:
     assert all_files == {raw: sorted(paths) for raw, paths in written.items() if paths}
     kept = {p.raw_values: sorted(f.path for f in p.files) for p in listing.partitions}
 
-    assert enumerator.fallback_reason is None  # every generated pair of types is comparable
+    assert listing.filter_set_aside is None  # every generated pair of types is comparable
     # A kept partition keeps all its files; nothing is kept that the plain walk did not find.
     assert all(all_files.get(raw) == paths for raw, paths in kept.items()), kept
     joining = oracle.joining()
@@ -242,11 +242,11 @@ def test_generated_tables_and_filters_never_lose_a_joining_partition():
 # ---------------------------------------------------------------------------------------------
 
 
-def _enumerate(root, types: dict[str, str], data: DynamicFilteringData) -> tuple[DynamicPartitionEnumerator, Listing]:
+def _enumerate(root, types: dict[str, str], data: DynamicFilteringData) -> Listing:
     enumerator = DynamicPartitionEnumerator(PartitionEnumerator(fsspec.filesystem("file"), str(root)), types,
                                             time_zone="UTC")
     enumerator.set_dynamic_filtering_data(data)
-    return enumerator, enumerator.enumerate()
+    return enumerator.enumerate()
 
 
 def test_an_empty_directory_whose_value_does_not_fit_the_column_type_does_not_disable_pruning(tmp_path):
@@ -256,12 +256,12 @@ def test_an_empty_directory_whose_value_does_not_fit_the_column_type_does_not_di
         (tmp_path / name).parent.mkdir()
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "q=2147483648").mkdir()
-    enumerator, listing = _enumerate(tmp_path, {"q": "int"}, DynamicFilteringData([("q", "int")], [(1,)]))
-    assert enumerator.fallback_reason is None
+    listing = _enumerate(tmp_path, {"q": "int"}, DynamicFilteringData([("q", "int")], [(1,)]))
+    assert listing.filter_set_aside is None
     assert [p.raw_values for p in listing.partitions] == [("1",)]
     # An unconvertible directory is kept, never pruned: had it held files, the scan would have said so.
     (tmp_path / "q=2147483648" / "part-0.parquet").write_bytes(b"x")
-    enumerator, listing = _enumerate(tmp_path, {"q": "int"}, DynamicFilteringData([("q", "int")], [(1,)]))
+    listing = _enumerate(tmp_path, {"q": "int"}, DynamicFilteringData([("q", "int")], [(1,)]))
     assert sorted(p.raw_values for p in listing.partitions) == [("1",), ("2147483648",)]
 
 
@@ -274,5 +274,5 @@ def test_decimal_keys_match_a_double_partition_column_as_spark_rounds_them(tmp_p
         (tmp_path / f"q={value}" / "part-0.parquet").write_bytes(b"x")
     keys = pa.table({"q": pa.array([Decimal("19.99"), Decimal("20.5")], pa.decimal128(10, 2))})
     data = DynamicFilteringData.from_table([("q", "decimal(10,2)")], keys, kind=kind)
-    _, listing = _enumerate(tmp_path, {"q": "double"}, data)
+    listing = _enumerate(tmp_path, {"q": "double"}, data)
     assert sorted(p.raw_values for p in listing.partitions) == [("19.99",), ("20.5",)]
