@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from dynsource.source import DynsourceDataSource
     from dynsource.writes import write
 
-__version__ = metadata.version("dynsource")
-
 # Each public name and the module that defines it.
 _PUBLIC = {
     "DynamicFilteringData": "dynsource.filtering",
@@ -73,6 +71,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the installed distribution's: read when asked, not by every worker's import
+        return metadata.version("dynsource")
     if name not in _PUBLIC:
         raise AttributeError(f"module 'dynsource' has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name]), name)

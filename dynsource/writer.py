@@ -139,6 +139,8 @@ def _task_id() -> str:
 def _by_directory(batch: pa.RecordBatch, columns: Sequence[str]) -> Iterator[tuple[str, pa.Table]]:
     """The rows of ``batch`` by their partition directory (``''`` without partition columns), those columns dropped."""
     table = pa.Table.from_batches([batch])
+    if not table.num_rows:
+        return
     if not columns:
         yield "", table
         return

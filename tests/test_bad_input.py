@@ -270,7 +270,7 @@ def test_incomparable_types_fail_naming_column_and_types_or_read_everything_logg
     fallback = enumerator("fallback")
     with caplog.at_level(logging.WARNING, logger="dynsource"):
         listing = fallback.enumerate()
-    assert len(listing.partitions) == 4 and listing.filter_set_aside.endswith(message)
+    assert len(listing.partitions) == 4 and message in listing.filter_set_aside
     assert f"cannot apply the dynamic filter to column '{name}': {message}" in caplog.text
     assert "reading every partition below this level" in caplog.text
 

@@ -238,3 +238,15 @@ def test_writes_into_a_file_a_float_partition_or_another_format_are_refused(spar
                             "typed_sales")
     finally:
         dynsource.drop_table(spark, "typed_sales", definitions=definitions)
+
+
+def test_a_tasks_rows_are_split_by_directory_as_spark_names_them():
+    import pyarrow as pa
+
+    empty = pa.record_batch({"v": pa.array([], pa.int64()), "p": pa.array([], pa.int32())})
+    assert list(dynsource_writer._by_directory(empty, ["p"])) == []
+    batch = pa.record_batch({"v": [1, 2, 3, 4], "p": pa.array([2, None, 2, 1], pa.int32()),
+                             "s": ["a/b", "", "a/b", "x"]})
+    split = {directory: rows.to_pydict() for directory, rows in dynsource_writer._by_directory(batch, ["p", "s"])}
+    assert split == {"p=1/s=x": {"v": [4]}, "p=2/s=a%2Fb": {"v": [1, 3]},
+                     "p=__HIVE_DEFAULT_PARTITION__/s=__HIVE_DEFAULT_PARTITION__": {"v": [2]}}
