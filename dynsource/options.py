@@ -46,7 +46,6 @@ _PATH_REQUIRED = (
 _TABLE_PROPERTIES = {"location", "owner", "provider", "comment", "external", "is_managed_location"}
 
 
-
 def _choice(allowed: tuple[str, ...]):
     def parse(name: str, value: str) -> str:
         text = str(value).strip().lower()
