@@ -364,9 +364,7 @@ class _Select:
                                      null_safe=any(e.null_safe for e in equalities), selective=selective, pin=pin))
 
     def _with_ctes(self, query: exp.Select) -> str:
-        if self.statement.ctes is not None:
-            query.set("with_", self.statement.ctes.copy())
-        return sqltree.as_written(query).sql("spark")
+        return pins.with_ctes_sql(query, self.statement.ctes)
 
     def _null_supplied(self) -> set[str]:
         """Aliases whose rows an outer join of this SELECT may null-extend."""
