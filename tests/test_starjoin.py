@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import sqlglot
+from sqlglot import exp
 
+from dynsource import pins
 from dynsource.starjoin import TableInfo, detect
 
 TABLES = {
@@ -201,3 +204,13 @@ def test_each_scan_carries_the_where_conjuncts_on_it_alone_unless_an_outer_join_
     (outer,) = detect("SELECT * FROM date_dim LEFT JOIN store_sales ON ss_sold_date_sk = d_date_sk "
                       "WHERE ss_sold_date_sk < 10", TABLES).scans
     assert outer.predicates == ()
+
+
+def test_a_dimensions_rows_carry_only_the_ctes_they_may_read():
+    ctes = sqlglot.parse_one("WITH a AS (SELECT 1 x), b AS (SELECT * FROM a), heavy AS (SELECT 2 y) SELECT 1",
+                             read="spark").args["with_"]
+    assert pins.with_ctes_sql(exp.select("*").from_("item"), ctes) == "SELECT * FROM item"
+    assert pins.with_ctes_sql(exp.select("*").from_("b"), ctes) == \
+        "WITH a AS (SELECT 1 AS x), b AS (SELECT * FROM a) SELECT * FROM b"
+    assert pins.with_ctes_sql(sqlglot.parse_one("SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"), ctes) == \
+        "WITH heavy AS (SELECT 2 AS y) SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"
