@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.implementations.local import LocalFileSystem
 
-from dynsource import partitions
+from dynsource import commits, partitions
 from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level, LevelFilter, PartitionTyping, PartitionValues
 
@@ -58,6 +58,7 @@ class Listing:
     # Why a dynamic filter stopped pruning (below a level, or whole when ``filter_dropped``), if it did.
     filter_set_aside: str | None = None
     filter_dropped: bool = False  # the filter names fields the table does not have: none of it was used
+    records: commits.Records = commits.NONE  # the table's commit records when the walk began
 
     @property
     def directories_pruned(self) -> int:
@@ -116,10 +117,25 @@ class PartitionEnumerator:
 
         With ``typing``, each level's values are typed once, as the level is
         listed, and carried down: the level filter and the listing get them.
+        Files of a write not yet committed, or replaced by a committed one, are
+        left out (:mod:`dynsource.commits`); a write that commits during the
+        walk makes it walk again.
         """
+        table = self.base or self.root
+        for _ in range(commits.WALKS):
+            listing = self._walk(level_filter, typing)
+            after = commits.read(self.fs, table)
+            if after == listing.records:
+                return after.visible(listing, table)
+        raise RuntimeError(f"The table '{table}' kept changing while it was listed: writes committed during each of "
+                           f"{commits.WALKS} walks. Retry when its writes are done.")
+
+    def _walk(self, level_filter: LevelFilter | None, typing: PartitionTyping | None) -> Listing:
         listing = Listing(columns=(), partitions=[])
         root_info = self._root_info()
         directory = self.root if root_info["type"] == "directory" else self.root.rsplit("/", 1)[0]
+        # The table's root is listed first, where its records directory shows; a walk below it reads them now.
+        listing.records = commits.read(self.fs, self.base) if self.base not in (None, directory) else commits.NONE
         frontier, values = [(directory, ())], PartitionValues() if typing else None
         for column, raw in self._levels_above(directory):
             if not frontier:
@@ -189,6 +205,8 @@ class PartitionEnumerator:
         for entry in self._entries(path):
             name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if partitions.is_hidden(name):
+                if name == commits.DIRECTORY and path == (self.base or self.root):
+                    listing.records = commits.read(self.fs, path)
                 continue
             if entry["type"] != "directory":
                 files.append(entry)

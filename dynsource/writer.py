@@ -11,20 +11,14 @@ as Spark escapes them, ``__HIVE_DEFAULT_PARTITION__`` for null (and, as in
 Spark, for an empty string); partition columns are not stored in the files.
 
 :meth:`DynsourceWriter.commit` runs once, on the driver, with the files of the
-attempts Spark kept. It gathers each partition's files under the staging
-directory, then publishes each partition directory: a directory new to the
-table is renamed into place in one step; into an existing one the files are
-moved one by one (append), or the old directory is moved aside and the new one
-renamed in (overwrite). A static overwrite also moves aside every partition
-(and file) the job did not write. What was moved aside is deleted last, with
-the staging directory. :meth:`DynsourceWriter.abort` deletes the staging
-directory: a failed job leaves nothing visible.
-
-On a local or HDFS filesystem a rename is atomic, so a reader sees a new
-partition whole or not at all, and a replaced one as before or after, absent for
-the instant between its two renames. On object stores (``s3://`` through
-fsspec) a rename is a copy and a delete of each file, as with Spark's own file
-committer there: a reader during the commit can see part of it.
+attempts Spark kept. Under a pending commit record it moves each file into its
+partition directory; then the record says ``committed``, naming the files an
+overwrite replaces (every data file of the table for a static overwrite, those
+of the partitions written for a dynamic one), which are deleted. dynsource's
+readers see the table before the record's switch or after it, on any
+filesystem (:mod:`dynsource.commits`). :meth:`DynsourceWriter.abort` removes
+what a failed commit moved and the staging directory: a failed job leaves
+nothing visible.
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +39,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from dynsource import files, partitions, storage, tableschema
+from dynsource import commits, files, partitions, tableschema
 from dynsource.enumerator import Listing
 from dynsource.options import ScanOptions
 from dynsource.storage import StorageOptions
@@ -73,6 +67,11 @@ class WrittenFile:
     name: str
     rows: int
 
+    @property
+    def path(self) -> str:
+        """Relative to the table (and to a task attempt's staging directory)."""
+        return f"{self.directory}/{self.name}" if self.directory else self.name
+
 
 @dataclass(frozen=True)
 class TaskFiles(WriterCommitMessage):
@@ -93,13 +92,13 @@ class DynsourceWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskFiles:
         attempt = uuid.uuid4().hex
         fs, root = files.open_table(self.target.url, self.target.storage_options)
-        staging = f"{root}/{STAGING_PREFIX}{self.job}/{attempt}"
+        staging = f"{self._staging(root)}/{attempt}"
         sinks: dict[str, _Sink] = {}
         try:
             for batch in iterator:
                 for directory, rows in _by_directory(batch, self.target.partition_columns):
                     if directory not in sinks:
-                        name = f"part-{_task_id()}-{self.job[:12]}-{attempt}.{_EXTENSIONS[self.target.format]}"
+                        name = commits.file_name(_task_id(), self.job, attempt, _EXTENSIONS[self.target.format])
                         sinks[directory] = _Sink(fs, f"{staging}/{directory}".rstrip("/"), name, self.target.format)
                     sinks[directory].write(rows)
         finally:
@@ -109,24 +108,37 @@ class DynsourceWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[TaskFiles | None]) -> None:
         fs, root = files.open_table(self.target.url, self.target.storage_options)
-        staging = f"{root}/{STAGING_PREFIX}{self.job}"
-        ready, replaced = f"{staging}/ready", f"{staging}/replaced"
-        directories = _gather(fs, staging, ready, [m for m in messages if m is not None])
-        if self.overwrite and (self.target.partition_overwrite_mode == "static" or not self.target.partition_columns):
-            for entry in _visible_entries(fs, root):  # static: the table becomes what the job wrote
-                _move(fs, entry, f"{replaced}/{entry.rsplit('/', 1)[-1]}")
-        for directory in sorted(directories):
-            final = f"{root}/{directory}".rstrip("/")
-            if directory and self.overwrite and fs.exists(final):  # dynamic: only the partitions written
-                _move(fs, final, f"{replaced}/{directory}")
-            _publish(fs, f"{ready}/{directory}".rstrip("/"), final)
-        with contextlib.suppress(FileNotFoundError):  # an object store has no empty directories left to remove
-            fs.rm(staging, recursive=True)
+        kept = [m for m in messages if m is not None]
+        static = self.target.partition_overwrite_mode == "static" or not self.target.partition_columns
+        replaced = [] if not self.overwrite else _data_files(fs, root, [""] if static else _directories(kept))
+        commits.write(fs, root, self.job, "pending")
+        for message, written in _files(kept):
+            target = f"{root}/{written.directory}".rstrip("/")
+            fs.makedirs(target, exist_ok=True)
+            fs.mv(f"{self._staging(root)}/{message.attempt}/{written.path}", f"{target}/{written.name}")
+        commits.write(fs, root, self.job, "committed", replaced)
+        commits.delete_files(fs, root, replaced)
+        commits.expire(fs, root)
+        self._remove_staging(fs, root)
 
     def abort(self, messages: Sequence[TaskFiles | None]) -> None:
+        """Undo a commit that failed before its record said committed (finish one that failed after), and
+        remove the staging directory."""
         fs, root = files.open_table(self.target.url, self.target.storage_options)
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(f"{root}/{STAGING_PREFIX}{self.job}", recursive=True)
+        recorded = commits.record(fs, root, self.job) or {"state": None}
+        if recorded["state"] == "pending":
+            commits.delete_files(fs, root, [w.path for _, w in _files([m for m in messages if m is not None])])
+            commits.remove(fs, root, self.job)
+        elif recorded["state"] == "committed":
+            commits.delete_files(fs, root, recorded["replaced"])
+        self._remove_staging(fs, root)
+
+    def _staging(self, root: str) -> str:
+        return f"{root}/{STAGING_PREFIX}{self.job}"
+
+    def _remove_staging(self, fs: Any, root: str) -> None:
+        with contextlib.suppress(FileNotFoundError):  # an object store has no empty directories left to remove
+            fs.rm(self._staging(root), recursive=True)
 
 
 def _task_id() -> str:
@@ -197,60 +209,47 @@ def _json_value(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def _gather(fs: Any, staging: str, ready: str, messages: Sequence[TaskFiles]) -> set[str]:
-    """Move the kept attempts' files to ``ready/<directory>``; the partition directories they fill."""
-    directories = set()
-    for message in messages:
-        for written in message.files:
-            source = f"{staging}/{message.attempt}/{written.directory}".rstrip("/")
-            target = f"{ready}/{written.directory}".rstrip("/")
-            fs.makedirs(target, exist_ok=True)
-            fs.mv(f"{source}/{written.name}", f"{target}/{written.name}")
-            directories.add(written.directory)
-    return directories
+def _files(messages: Sequence[TaskFiles]) -> Iterator[tuple[TaskFiles, WrittenFile]]:
+    return ((message, written) for message in messages for written in message.files)
 
 
-def _publish(fs: Any, ready: str, final: str) -> None:
-    """Make the files gathered in ``ready`` the partition directory ``final``, or add them to it when it exists."""
-    if not fs.exists(final):
-        _move(fs, ready, final)
-        return
-    for path in fs.ls(ready, detail=False):
-        fs.mv(path, f"{final}/{path.rstrip('/').rsplit('/', 1)[-1]}")
+def _directories(messages: Sequence[TaskFiles]) -> list[str]:
+    return sorted({written.directory for _, written in _files(messages)})
 
 
-def _visible_entries(fs: Any, root: str) -> list[str]:
-    """The table's top-level files and directories that readers list (not hidden, not the staging directories)."""
-    try:
-        listed = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return []
-    return [path.rstrip("/") for path in listed if not partitions.is_hidden(path.rstrip("/").rsplit("/", 1)[-1])]
-
-
-def _move(fs: Any, path: str, target: str) -> None:
-    """Move the file or directory ``path`` to ``target``: one rename on a local disk, else file by file (an
-    object store has no directories to rename, and fsspec moves each object by a copy and a delete)."""
-    fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-    if storage.is_local(fs.unstrip_protocol(path)) or fs.isfile(path):
-        fs.mv(path, target)
-        return
-    for file in fs.find(path):
-        fs.mv(file, target + file[len(path):])
+def _data_files(fs: Any, root: str, directories: Sequence[str]) -> list[str]:
+    """The data files readers list under these directories of the table, relative to its root (not the hidden
+    ones: staging, commit records)."""
+    found = []
+    for directory in directories:
+        try:
+            paths = fs.find(f"{root}/{directory}".rstrip("/"))
+        except FileNotFoundError:
+            continue
+        relative = [path[len(root) + 1:] for path in paths]
+        found += [path for path in relative if not any(partitions.is_hidden(part) for part in path.split("/"))]
+    return found
 
 
 def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
     """What a write of rows of ``schema`` into the table of ``options`` does, checked on the driver first: the
     partition columns (``partitionColumns``, else those of the table's existing directories, else none)."""
     fs, root = files.open_table(options.path, options.storage_options)
-    if fs.isfile(root):
+    try:
+        kind = fs.info(root)["type"]
+    except FileNotFoundError:
+        kind = None  # a new table
+    if kind not in (None, "directory"):
         raise ValueError(f"Option 'path' = {options.path!r} is a file; a write needs the table's directory.")
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     declared = dict(options.partition_columns)
-    existing = _existing_branch(fs, root, options)
+    existing = _existing_branch(options) if kind == "directory" else None
     columns = tuple(declared) or (existing.columns if existing is not None else ())
     if existing is not None and options.format in ("parquet", "orc"):  # csv and json files store no types
-        _check_data_columns(types, columns, tableschema.table_schema(existing, fs, options), options.path)
+        stored = tableschema.table_schema(existing, fs, options)
+        check_columns({n: t for n, t in types.items() if n not in columns},
+                      {f.name: f.dataType.simpleString() for f in stored.fields if f.name not in columns},
+                      "the rows to write", f"the files of table '{options.path}'")
     for column in columns:
         if column not in types:
             raise ValueError(f"The rows to write have no partition column '{column}' (the table's partition columns "
@@ -268,23 +267,21 @@ def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
                        options.partition_overwrite_mode)
 
 
-def _existing_branch(fs: Any, root: str, options: ScanOptions) -> Listing | None:
+def _existing_branch(options: ScanOptions) -> Listing | None:
     """The walk down the table's first branch to its first data file; None for a table with no data yet."""
-    if not fs.exists(root):
-        return None
     _, walk = tableschema.table_walk(options)
     listing = walk.enumerate(tableschema.first_branch)
     return listing if any(p.files for p in listing.partitions) else None
 
 
-def _check_data_columns(types: dict[str, str], partition_columns: Sequence[str], table: StructType, path: str) -> None:
-    """The rows' data columns must be those of the table's files, with their types (checked on its first file)."""
-    stored = {f.name: f.dataType.simpleString() for f in table.fields if f.name not in partition_columns}
-    given = {name: type_name for name, type_name in types.items() if name not in partition_columns}
-    if set(stored) != set(given):
-        raise ValueError(f"The rows to write have the data columns {sorted(given)}, but the files of table "
-                         f"'{path}' have {sorted(stored)}.")
-    for name, type_name in stored.items():
+def check_columns(given: Mapping[str, str], expected: Mapping[str, str], given_name: str,
+                  expected_name: str) -> None:
+    """``given``'s columns (name -> type) must be ``expected``'s, with the same types."""
+    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
+    if missing or extra:
+        raise ValueError(f"The columns of {given_name} do not match those of {expected_name}, {sorted(expected)}: "
+                         f"missing {missing}, unexpected {extra}.")
+    for name, type_name in expected.items():
         if given[name] != type_name:
-            raise ValueError(f"Column '{name}' is {given[name]} in the rows to write, but {type_name} in the files "
-                             f"of table '{path}'; cast it first.")
+            raise ValueError(f"Column '{name}' is {given[name]} in {given_name}, but {type_name} in {expected_name}; "
+                             "cast it first.")

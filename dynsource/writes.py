@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 
 from dynsource import catalog, files, partitions
 from dynsource.options import ScanOptions
+from dynsource.writer import check_columns
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
 OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
@@ -70,17 +71,10 @@ def _is_path(target: str) -> bool:
 
 def _aligned(df: DataFrame, definition: catalog.TableDefinition, table: str) -> DataFrame:
     """``df``'s columns in the order of the table's, by name; their types must be the table's."""
-    names = definition.schema.names
-    missing, extra = [n for n in names if n not in df.columns], [c for c in df.columns if c not in names]
-    if missing or extra:
-        raise ValueError(f"The DataFrame's columns do not match table '{table}': missing {missing}, not in the "
-                         f"table {extra}; the table's columns are {names}.")
-    given = {f.name: f.dataType for f in df.schema.fields}
-    for field in definition.schema.fields:
-        if given[field.name] != field.dataType:
-            raise ValueError(f"Column '{field.name}' is {given[field.name].simpleString()} in the DataFrame but "
-                             f"{field.dataType.simpleString()} in table '{table}'; cast it first.")
-    return df.select(*names)
+    check_columns({f.name: f.dataType.simpleString() for f in df.schema.fields},
+                  {f.name: f.dataType.simpleString() for f in definition.schema.fields},
+                  "the DataFrame", f"table '{table}'")
+    return df.select(*definition.schema.names)
 
 
 def _has_data(options: ScanOptions) -> bool:

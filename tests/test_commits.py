@@ -1,0 +1,127 @@
+"""Commit records: dynsource's readers see a write whole or not at all (real local and memory filesystems, no Spark)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from dynsource import commits, files
+from dynsource.enumerator import PartitionEnumerator
+from dynsource.writer import DynsourceWriter, WriteTarget
+
+
+def load(url: str, values: dict[int, int], overwrite: bool = False, mode: str = "static") -> DynsourceWriter:
+    """A job writing ``values[p]`` rows into each partition ``p`` of the table at ``url``, in two task attempts,
+    its files staged but not committed."""
+    job = DynsourceWriter(WriteTarget(url, {}, "parquet", ("p",), mode), overwrite=overwrite)
+    job.messages = []
+    for task in range(2):
+        rows = [(v, p) for p, count in values.items() for v in range(count) if v % 2 == task]
+        batch = pa.record_batch({"v": [v for v, _ in rows], "p": pa.array([p for _, p in rows], pa.int32())})
+        job.messages.append(job.write(iter([batch])))
+    return job
+
+
+def counted(url: str) -> dict[int, int]:
+    """Rows per partition, as dynsource's walk lists the table."""
+    fs, root = files.open_table(url)
+    listing = PartitionEnumerator(fs, root).enumerate()
+    arrow_fs = files.arrow_filesystem(fs)
+    return {int(p.raw_values[0]): ds.dataset([f.path for f in p.files], filesystem=arrow_fs).count_rows()
+            for p in listing.partitions}
+
+
+@pytest.fixture(params=["local", "memory"])
+def url(request, tmp_path) -> str:
+    return str(tmp_path / "t") if request.param == "local" else f"memory://commits-{uuid.uuid4().hex}/t"
+
+
+def test_a_pending_write_is_hidden_and_its_commit_shows_it_whole(url):
+    first = load(url, {1: 4, 2: 4})
+    first.commit(first.messages)
+    second = load(url, {1: 2, 2: 2, 3: 2})
+    fs, root = files.open_table(url)
+    commits.write(fs, root, second.job, "pending")
+    for message in second.messages:  # what commit() does under its pending record: move every file in
+        for written in message.files:
+            fs.makedirs(f"{root}/{written.directory}", exist_ok=True)
+            fs.mv(f"{root}/.dynsource-staging-{second.job}/{message.attempt}/{written.path}",
+                  f"{root}/{written.path}")
+    assert counted(url) == {1: 4, 2: 4}  # every file is in place, none of them listed
+    commits.write(fs, root, second.job, "committed")
+    assert counted(url) == {1: 6, 2: 6, 3: 2}
+
+
+def test_an_overwrite_replaces_the_files_in_one_step_and_deletes_them(url):
+    first = load(url, {1: 4, 2: 4, 3: 4})
+    first.commit(first.messages)
+    dynamic = load(url, {2: 1, 4: 1}, overwrite=True, mode="dynamic")
+    dynamic.commit(dynamic.messages)
+    assert counted(url) == {1: 4, 2: 1, 3: 4, 4: 1}
+    static = load(url, {5: 3}, overwrite=True)
+    static.commit(static.messages)
+    assert counted(url) == {5: 3}
+    fs, root = files.open_table(url)
+    # Other readers see the same table: the replaced files are gone, not only hidden.
+    assert ds.dataset(f"{root}", filesystem=files.arrow_filesystem(fs), partitioning="hive").count_rows() == 3
+    assert commits.read(fs, root).replaced  # kept, harmless, until a later commit expires the record
+    commits.expire(fs, root, now=time.time() + commits.KEPT_SECONDS + 1)
+    assert commits.read(fs, root) == commits.NONE
+
+
+def test_a_write_committed_while_the_table_is_walked_makes_the_walk_start_again(url):
+    first = load(url, {1: 4, 2: 4})
+    first.commit(first.messages)
+    second = load(url, {1: 2, 2: 2, 3: 2})
+    fs, root = files.open_table(url)
+    commits_seen = []
+
+    def commit_once(level):  # runs between the walk's listing of the root and of the partitions
+        if not commits_seen:
+            second.commit(second.messages)
+        commits_seen.append(level.columns)
+
+    listing = PartitionEnumerator(fs, root).enumerate(commit_once)
+    rows = {int(p.raw_values[0]): len(p.files) for p in listing.partitions}
+    # The first walk listed p=1 and p=2 after the commit but not p=3: it was walked again, and saw all of it.
+    assert len(commits_seen) == 2 and rows == {1: 4, 2: 4, 3: 2}
+
+
+def test_a_failed_commit_is_undone_by_abort(url):
+    first = load(url, {1: 4})
+    first.commit(first.messages)
+    broken = load(url, {1: 2, 2: 2})
+    fs, root = files.open_table(url)
+    last = broken.messages[-1]
+    fs.rm(f"{root}/.dynsource-staging-{broken.job}/{last.attempt}/{last.files[-1].path}")
+    with pytest.raises(FileNotFoundError):
+        broken.commit(broken.messages)
+    assert commits.record(fs, root, broken.job)["state"] == "pending" and counted(url) == {1: 4}
+    broken.abort(broken.messages)
+    assert commits.record(fs, root, broken.job) is None and counted(url) == {1: 4}
+    assert ds.dataset(root, filesystem=files.arrow_filesystem(fs), partitioning="hive").count_rows() == 4
+    assert not fs.exists(f"{root}/.dynsource-staging-{broken.job}")
+
+
+def test_a_record_dynsource_did_not_write_is_an_error_naming_it(url):
+    first = load(url, {1: 1})
+    first.commit(first.messages)
+    fs, root = files.open_table(url)
+    fs.pipe_file(f"{root}/{commits.DIRECTORY}/x.json", json.dumps({"job": "x", "state": "done"}).encode())
+    with pytest.raises(ValueError, match=r"Commit record '.*_dynsource_commits/x.json' is not one dynsource writes"):
+        PartitionEnumerator(fs, root).enumerate()
+
+
+def test_records_hide_by_job_token_and_replaced_path():
+    job = uuid.uuid4().hex
+    name = commits.file_name("00001", job, uuid.uuid4().hex, "parquet")
+    records = commits.Records(frozenset({(job, "pending"), ("b" * 32, "committed")}), frozenset({"p=1/old.parquet"}))
+    assert records.hides(f"p=2/{name}") and records.hides("p=1/old.parquet")
+    assert not records.hides("p=1/part-00001-other.parquet") and not commits.NONE.hides(f"p=2/{name}")
+    assert commits.read(fsspec.filesystem("memory"), f"/{job}") == commits.NONE  # a table never written to
