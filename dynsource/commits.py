@@ -161,6 +161,9 @@ def delete_files(fs: Any, table: str, relative_paths: Sequence[str]) -> None:
 
 def _records(fs: Any, table: str) -> list[dict]:
     directory = f"{table.rstrip('/')}/{DIRECTORY}"
+    # s3fs-like filesystems cache listings, so a record written since would not show. Only this directory's
+    # listing is dropped: invalidate_cache(path) also drops its parents', which the walk lists from.
+    fs.dircache.pop(directory, None)
     try:
         paths = fs.ls(directory, detail=False)
     except (FileNotFoundError, NotADirectoryError):  # no records; or the table is a single file

@@ -127,6 +127,7 @@ class PartitionEnumerator:
             after = commits.read(self.fs, table)
             if after == listing.records:
                 return after.visible(listing, table)
+            self.fs.invalidate_cache()  # walk again from the store, not from listings s3fs-like filesystems cached
         raise RuntimeError(f"The table '{table}' kept changing while it was listed: writes committed during each of "
                            f"{commits.WALKS} walks. Retry when its writes are done.")
 
