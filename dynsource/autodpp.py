@@ -191,13 +191,16 @@ def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: b
 
     candidates = [benefit.Candidate(str(p), p.fact_columns, functools.partial(collect, p)) for p in prunings]
     choice = benefit.worth_applying(candidates, survey, ratio)
+    # A declined dimension is read from its snapshot too when its rows read a dynsource table: evaluated again in
+    # the query, they would scan that table twice (TPC-DS q14's cross_items intersects three facts: ~10 s).
+    result.pinned += [item.pin for label, item in done.items()
+                      if item.pin is not None and (label in choice.applied or item.reads_tables)]
     notes = [f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return Assignment(_scan_name(scan), reason="; ".join(notes)), []
     # The candidates were collected side by side: the filter was ready when the slowest of them was.
     collection_ms = round(max(item.seconds for item in done.values()) * 1000, 1)
     handle = handles.publish(choice.data, result.store)
-    result.pinned += [done[label].pin for label in choice.applied]
     return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                        collection_ms), notes + choice.left_out)
 

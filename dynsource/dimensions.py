@@ -69,6 +69,7 @@ class Collected:
     reason: str | None = None  # why there is no data
     pin: pins.Pin | None = None
     seconds: float = 0.0  # how long the collection took (or had taken when the budget ran out)
+    reads_tables: bool = False  # the dimension rows read a dynsource table: evaluating them again scans it again
 
 
 class Dimensions:
@@ -127,8 +128,8 @@ class Dimensions:
         if pruning.pin is None:
             return Collected(None, "the query text of its dimension rows could not be located, "
                                    "so they cannot be read once")
-        snapshot, reason = self._once(("rows", pruning.pin.rows_sql, pruning.selective),
-                                      lambda: self._snapshot(pruning))
+        snapshot, reason, reads_tables = self._once(("rows", pruning.pin.rows_sql, pruning.selective),
+                                                    lambda: self._snapshot(pruning))
         if snapshot is None:
             return Collected(None, reason, seconds=time.monotonic() - started)
         pin = pruning.pin.with_snapshot(snapshot)
@@ -136,15 +137,17 @@ class Dimensions:
         data = self._once(("keys", pin.keys_sql, tuple(types.items()), pruning.null_safe),
                           lambda: collector.collect_data(self._frames.sql(self._spark, pin.keys_sql), keys,
                                                          types=types, null_safe=pruning.null_safe))
-        return Collected(data, None, pin, time.monotonic() - started)
+        return Collected(data, None, pin, time.monotonic() - started, reads_tables)
 
-    def _snapshot(self, pruning: starjoin.Pruning) -> tuple[str | None, str | None]:
-        """The snapshot's name of ``pruning``'s dimension rows, or None and why they are not used."""
-        rows = self._frames.sql(self._spark, self._reading(pruning.pin.rows_sql))
+    def _snapshot(self, pruning: starjoin.Pruning) -> tuple[str | None, str | None, bool]:
+        """The snapshot's name of ``pruning``'s dimension rows, or None and why they are not used; and whether the
+        rows read a dynsource table."""
+        text = self._reading(pruning.pin.rows_sql)
+        rows = self._frames.sql(self._spark, text)
         if not pruning.selective and rows.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
             return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
-                          "(not a small relation)")
-        return self._frames.add("pinned", rows.localCheckpoint()), None
+                          "(not a small relation)"), False
+        return self._frames.add("pinned", rows.localCheckpoint()), None, text != pruning.pin.rows_sql
 
     def _once(self, key: tuple, compute: Callable[[], T]) -> T:
         """``compute()``, or what the first call with the same ``key`` computed (waiting for it if it runs)."""

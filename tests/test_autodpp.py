@@ -205,6 +205,23 @@ def test_a_dimension_that_reads_a_dynsource_table_reads_it_as_the_query_does(sta
     assert sorted(plan.run(star).collect()) == sorted(expected)
 
 
+def test_a_declined_dimension_is_read_from_its_snapshot_only_if_it_reads_a_dynsource_table(star):
+    # TPC-DS q14: cross_items (an intersect over three facts) keeps every item, so its filter is declined; the query
+    # reads it from the snapshot its collection made rather than scanning the facts again. A declined filter from a
+    # plain dimension leaves that dimension as written (Spark evaluates it cheaply, and may prune by it itself).
+    over_fact = ("SELECT ss_store_sk, count(*) FROM {fact} WHERE ss_item_sk IN "
+                 "(SELECT ss_item_sk FROM store_sales_all WHERE ss_sales_price >= 0) GROUP BY ss_store_sk")
+    over_dimension = ("SELECT ss_store_sk, count(*) FROM {fact} JOIN item ON ss_item_sk = i_item_sk "
+                      "WHERE i_brand_id >= 0 GROUP BY ss_store_sk")
+    for query, pinned in ((over_fact, 1), (over_dimension, 0)):
+        plan = autodpp.plan(star, query.format(fact="store_sales_all"))
+        report = str(plan.report)
+        assert not any(a.handle for a in plan.assignments) and "not worth applying" in report, report
+        assert len(plan.pinned) == pinned, report
+        expected = star.sql(query.format(fact="store_sales_native")).collect()
+        assert sorted(plan.run(star).collect()) == sorted(expected)
+
+
 def test_a_collection_past_the_budget_leaves_the_scan_unfiltered_and_says_so(star):
     def slow_moy(moy: int) -> int:
         time.sleep(0.02)
