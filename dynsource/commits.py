@@ -9,7 +9,7 @@ partition enumerator, which plans every dynsource read, honours it:
 1. ``pending``, written before the first file moves: the job's files (their
    names carry its id, ``part-<task>-<job>-<attempt>.<format>``) are not listed.
 2. ``committed``, written over the pending record in one step (a rename on a
-   local or HDFS disk, one PUT on an object store) once every file is in place:
+   local disk, one PUT on an object store) once every file is in place:
    the job's files are listed, and the files it replaces (an overwrite's, named
    in the record) are not. The replaced files are then deleted.
 3. The committed record is deleted by a later commit, an hour
