@@ -14,7 +14,6 @@ import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import fsspec
@@ -22,14 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.implementations.local import LocalFileSystem
 
-from dynsource import commits, partitions
+from dynsource import commits, partitions, storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level, LevelFilter, PartitionTyping, PartitionValues
 
 log = logging.getLogger(__name__)
-
-_LIST_THREADS = 16
-
 
 @dataclass(frozen=True)
 class DataFile:
@@ -149,11 +145,11 @@ class PartitionEnumerator:
             listing.partitions.extend(Partition(self.root, raws, (file,)) for _, raws in frontier)
             listing.values = values
             return listing
-        with ThreadPoolExecutor(_LIST_THREADS) as pool:
+        with storage.listing_map(self.fs) as each:
             while frontier:
-                children = list(pool.map(lambda node: self._list(node[0], listing), frontier))
+                children = list(each(lambda node: self._list(node[0], listing), frontier))
                 if not any(kv for _, _, kv in children):
-                    kept = self._leaves(frontier, children, pool, listing)
+                    kept = self._leaves(frontier, children, each, listing)
                     listing.partitions.extend(partition for _, partition in kept)
                     values = values.take([index for index, _ in kept]) if values is not None else None
                     break
@@ -262,12 +258,12 @@ class PartitionEnumerator:
                 )
         return next(iter(first_path))
 
-    def _leaves(self, frontier, children, pool, listing: Listing) -> list[tuple[int, Partition]]:
+    def _leaves(self, frontier, children, each, listing: Listing) -> list[tuple[int, Partition]]:
         """Partitions for the last level, with their frontier index; files in plain sub-directories belong to them."""
         leaves = []
         for index, ((path, values), (files, plain, _)) in enumerate(zip(frontier, children, strict=True)):
             found = [DataFile(f["name"], int(f["size"])) for f in files]
-            for nested in pool.map(lambda d: self._find(d, listing), plain):
+            for nested in each(lambda d: self._find(d, listing), plain):
                 found.extend(nested)
             if found:
                 leaves.append((index, Partition(path, values, tuple(sorted(found, key=lambda f: f.path)))))

@@ -23,7 +23,9 @@ keeps the Python reader there.
 
 Spark's file index looks up every file it is handed (in a Spark job past
 ``spark.sql.sources.parallelPartitionDiscovery.threshold``, 32 paths), as a
-fresh ``spark.read.parquet`` lists its table. A warm session reuses a DataFrame
+fresh ``spark.read.parquet`` lists its table. On a local disk that job costs
+twenty times a lookup by the driver (8 s against 0.4 s for 3,227 files on two
+cores), so there the driver looks them up, as the planner's walk just did. A warm session reuses a DataFrame
 whose files Spark has listed; so does :func:`read`: the DataFrame of the same
 kept files (every path and size equal, so an added, removed or rewritten file
 makes a new one) and read settings is reused, the newest ``LISTED_KEPT`` of a session.
@@ -33,12 +35,13 @@ from __future__ import annotations
 
 import collections
 import functools
+import threading
 import urllib.parse
 import weakref
 from collections.abc import Mapping, Sequence
 
 import fsspec
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -52,6 +55,8 @@ from dynsource.scanplanner import PlannedScan, ScanPlanner
 _AUTO_FORMATS = ("parquet", "orc")
 _GLOB = set("{}[]*?\\")  # a path with these is a pattern to Spark's reader, not a name
 _PARQUET_IN_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
+_DISCOVERY_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the session's threshold and restores it
 LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
     weakref.WeakKeyDictionary())
@@ -134,10 +139,23 @@ def _listed(spark: SparkSession, options: ScanOptions, table_schema: StructType,
         reader = reader.option("timeZone", options.time_zone)
     if options.format == "csv":
         reader = reader.option("header", "true")  # pyarrow's CSV reader, the Python reader's, takes a header row
-    kept[key] = reader.load(paths)
+    kept[key] = _load(spark, reader, paths) if key[1].startswith("file:") else reader.load(paths)
     while len(kept) > LISTED_KEPT:
         kept.popitem(last=False)
     return kept[key]
+
+
+def _load(spark: SparkSession, reader: DataFrameReader, paths: list[str]) -> DataFrame:
+    """``reader.load(paths)`` with Spark's file index looking the local ``paths`` up in the driver, not in a job."""
+    with _DISCOVERY_LOCK:
+        before = spark.conf.get(_DISCOVERY_THRESHOLD)
+        if int(before) >= len(paths):
+            return reader.load(paths)
+        spark.conf.set(_DISCOVERY_THRESHOLD, str(len(paths)))
+        try:
+            return reader.load(paths)
+        finally:
+            spark.conf.set(_DISCOVERY_THRESHOLD, before)
 
 
 def _projected(schema: StructType, columns: Sequence[str] | None) -> StructType:

@@ -9,17 +9,22 @@ in its ``repr``, and nothing here puts an option's text in an error message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 STORE_ENV = "DYNSOURCE_FILTER_STORE"
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 _MASK = "***"
+_LIST_THREADS = 16  # listings of a remote store waited on at once
 
 
 class StorageOptions(Mapping[str, Any]):
@@ -110,6 +115,17 @@ def filesystem(url: str, options: Mapping[str, Any] | None = None) -> tuple[fssp
     if separator and fsspec.core.split_protocol(url)[0] is None:
         raise ValueError(f"Protocol not known: {scheme} ('{scheme}' is read as a Windows drive letter, not a protocol)")
     return fsspec.core.url_to_fs(url, **dict(options or {}))
+
+
+@contextlib.contextmanager
+def listing_map(fs: fsspec.AbstractFileSystem) -> Iterator[Callable]:
+    """The ``map`` a walk lists directories with: threads where each listing waits on a store, plain calls where
+    it is a system call (handing 1,800 local directories to a pool costs four times their listing)."""
+    if isinstance(fs, (LocalFileSystem, MemoryFileSystem)):
+        yield map
+        return
+    with ThreadPoolExecutor(_LIST_THREADS) as pool:
+        yield pool.map
 
 
 def same_protocol(url: str, other: str) -> bool:

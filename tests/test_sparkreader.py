@@ -153,3 +153,19 @@ def test_the_dataframe_of_the_same_kept_files_is_reused_and_a_changed_file_is_re
                    f"{root}/day=2024-01-02/region=east/extra.parquet")
     assert sorted(row.item for row in rows(first)) == [2, 3, 3]
     assert sorted(row.item for row in rows(read_by_spark(spark, root, **east))) == [2, 3, 3, 7]
+
+
+def test_a_local_tables_files_are_looked_up_by_the_driver_and_the_sessions_threshold_is_kept(spark, tmp_path):
+    root = write_sales(tmp_path / "sales")  # six data files: past a threshold of 2, Spark would list them in a job
+    threshold, group = "spark.sql.sources.parallelPartitionDiscovery.threshold", f"lookup-{tmp_path.name}"
+    before = spark.conf.get(threshold)
+    spark.conf.set(threshold, "2")
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", group)
+    try:
+        df = read_by_spark(spark, root)
+        assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+        assert spark.conf.get(threshold) == "2"
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        spark.conf.set(threshold, before)
+    assert rows(df) == rows(spark.read.parquet(root).select(*df.columns))
