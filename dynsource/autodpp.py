@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot.errors import SqlglotError
 
-from dynsource import benefit, catalog, dimensions, handles, names, pins, sqltree, starjoin
+from dynsource import benefit, catalog, dimensions, handles, names, pins, sparkreader, sqltree, starjoin
 from dynsource.filtering import DynamicFilteringData
 from dynsource.filterstore import FilterStore
 from dynsource.frames import Frames
@@ -98,11 +98,13 @@ class Plan:
 
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
-         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS) -> Plan:
+         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
     Runs the dimension queries (Spark jobs), not the query itself, spending at
     most ``timeout_ms`` on them. ``frames`` are the DataFrames ``query`` names by placeholders.
+    A filter on data columns only of a fact Spark's reader reads is collected when the fact is estimated at
+    ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`).
     """
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
     resolver = names.Resolver(spark, result.frames.frames)
@@ -119,11 +121,17 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
+    surveys: dict[str, benefit.Survey] = {}  # one walk per table, however many times the query reads it
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         for pruning in detection.prunings:
             types = tables[pruning.fact.table].columns
-            collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
-        _plan_reads(by_scan, tables, definitions, collections, result, fallback_filter_ratio)
+            why = _not_collected(spark, pruning, definitions[pruning.fact.table], types, surveys,
+                                 min_scan_bytes)
+            if why is None:
+                collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
+            else:
+                collections.decline(pruning, why)
+        _plan_reads(by_scan, tables, definitions, collections, result, fallback_filter_ratio, surveys)
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
@@ -131,17 +139,13 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
 
 def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], tables: Mapping[str, starjoin.TableInfo],
                 definitions: Mapping[str, catalog.TableDefinition], collections: dimensions.Dimensions, result: Plan,
-                ratio: float) -> None:
+                ratio: float, surveys: dict[str, benefit.Survey]) -> None:
     """Each scan's read options (its filters worth applying, its partition predicates) and report, into ``result``."""
-    surveys: dict[str, benefit.Survey] = {}  # one walk per table, however many times the query reads it
     for scan, prunings in by_scan.items():
         definition, columns = definitions[scan.table], tables[scan.table].columns
         shape = None
         if prunings or scan.predicates:
-            # Deep: the partition columns for the predicates, and the first data file a data-column filter is judged on.
-            if scan.table not in surveys:
-                surveys[scan.table] = benefit.survey(definition.scan_options, columns)
-            shape = surveys[scan.table]
+            shape = _survey(surveys, scan.table, definition, columns)
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
@@ -155,6 +159,27 @@ def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], tab
         if prunings or static is not None:
             result.assignments.append(assignment)
         result.notes += notes
+
+
+def _survey(surveys: dict[str, benefit.Survey], table: str, definition: catalog.TableDefinition,
+            column_types: Mapping[str, str]) -> benefit.Survey:
+    """``table``'s deep survey (its partition columns, the first data file a data-column filter is judged on)."""
+    if table not in surveys:
+        surveys[table] = benefit.survey(definition.scan_options, column_types)
+    return surveys[table]
+
+
+def _not_collected(spark: SparkSession, pruning: starjoin.Pruning, definition: catalog.TableDefinition,
+                   column_types: Mapping[str, str], surveys: dict[str, benefit.Survey], min_bytes: int) -> str | None:
+    """Why ``pruning``'s keys are not worth collecting (:func:`benefit.not_worth_collecting`); None when they are."""
+    try:
+        reader = sparkreader.choose(spark, definition.scan_options)[0]
+    except ValueError:
+        return None  # a reader option the table's read reports
+    if reader != "spark":
+        return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
+    survey = _survey(surveys, pruning.fact.table, definition, column_types)
+    return benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes)
 
 
 def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,

@@ -8,7 +8,17 @@ more than ``DATA_COLUMN_RATIO`` of them (a dimension's keys covering nearly ever
 value of the fact column) would cost every read more than it saves. :func:`survey`
 lists the directories and finds that file (the enumerator's walk, with its
 checks, down one branch: the same walk tells the partition columns). Any other
-filter is assumed to pay. :func:`worth_applying` applies the
+filter is assumed to pay.
+
+Before collecting, :func:`not_worth_collecting` skips a filter on data columns
+only of a scan Spark's file reader reads: there the join filters the rows
+anyway and the filter pays only by the Parquet or ORC row groups its keys skip,
+which a small scan cannot repay a collection's Spark jobs with. Like Spark,
+which injects a runtime Bloom filter only into a scan of at least
+``spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold``
+(10 GB), the session setting ``spark.dynsource.dataFilterMinScanBytes``
+(default: that Spark setting) is the least estimated size of the fact worth it.
+:func:`worth_applying` applies the
 check to each dimension's filter and makes those that pay the parts of the scan's
 one filter (:meth:`DynamicFilteringData.all_of`: a row must match every part),
 for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
@@ -17,11 +27,13 @@ for :func:`dynsource.sql` and :func:`dynsource.dynamic_join` alike.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 
 from dynsource import files
 from dynsource.enumerator import Listing, PartitionEnumerator
@@ -32,6 +44,8 @@ from dynsource.options import ScanOptions
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
 DATA_COLUMN_RATIO = 0.9  # a filter on data columns keeping more of a sampled file's rows does not pay
 MIN_SAMPLE_ROWS = 30  # fewer judge nothing; 30 rows all kept by a filter keeping 90% happen 4% of the time
+MIN_SCAN_CONF = "spark.dynsource.dataFilterMinScanBytes"
+SPARK_MIN_SCAN_CONF = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,11 @@ class Survey:
     columns: tuple[str, ...]  # the partition columns (only the top one when the walk was shallow)
     top: Level | None  # None when the table is not partitioned
     branch: Listing | None = None  # the walk down the first branch, when survey() made it
+    fanout: int = 1  # the directories at each level of the walk down the first branch, multiplied
+
+    def estimated_bytes(self) -> int:
+        """The table's size were every leaf partition as large as the first one (a deep survey's estimate)."""
+        return self.fanout * sum(f.size for p in self.first_branch.partitions[:1] for f in p.files)
 
     @functools.cached_property
     def first_branch(self) -> Listing:
@@ -64,7 +83,8 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
     ``deep=False`` lists the top level only (one listing); ``Survey.columns`` then names its column alone.
     """
     levels, listing = _walk(fact, column_types, deep)
-    return Survey(fact, column_types, listing.columns, levels[0] if levels else None, listing if deep else None)
+    return Survey(fact, column_types, listing.columns, levels[0] if levels else None, listing if deep else None,
+                  math.prod(len(level.raw_rows) for level in levels) if deep else 1)
 
 
 def _walk(fact: ScanOptions, column_types: Mapping[str, str], deep: bool) -> tuple[list[Level], Listing]:
@@ -76,6 +96,31 @@ def _walk(fact: ScanOptions, column_types: Mapping[str, str], deep: bool) -> tup
 
     enumerator = PartitionEnumerator(*files.open_table(fact.path, fact.storage_options))
     return levels, enumerator.enumerate(first_only, PartitionTyping(column_types))
+
+
+def min_scan_bytes(spark: SparkSession) -> int:
+    """The session's ``spark.dynsource.dataFilterMinScanBytes`` (Spark's runtime filter threshold when unset)."""
+    text = spark.conf.get(MIN_SCAN_CONF, None) or spark.conf.get(SPARK_MIN_SCAN_CONF)
+    try:
+        value = spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text.strip())
+    except Exception:  # py4j's NumberFormatException
+        value = -1
+    if value < 0:
+        raise ValueError(f"{MIN_SCAN_CONF} must be a size in bytes, 0 or more, such as 0, 512m or 10g; got {text!r}.")
+    return value
+
+
+def not_worth_collecting(fact_columns: Sequence[str], survey: Survey, min_bytes: int) -> str | None:
+    """Why a filter on ``fact_columns`` of a scan Spark's file reader reads is not worth its collection; None when
+    one of them is a partition column or the fact is estimated at ``min_bytes`` or more."""
+    if {column.lower() for column in fact_columns} & {column.lower() for column in survey.first_branch.columns}:
+        return None
+    estimate = survey.estimated_bytes()
+    if estimate >= min_bytes:
+        return None
+    return (f"not collected: a filter on data columns only of a scan Spark's file reader reads pays only by the "
+            f"row groups it skips, and the fact's {estimate:,} bytes (estimated) are under {MIN_SCAN_CONF} "
+            f"({min_bytes:,}); the join filters its rows")
 
 
 def no_benefit(data: DynamicFilteringData, survey: Survey | None, ratio: float) -> str | None:

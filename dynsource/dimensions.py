@@ -99,9 +99,18 @@ class Dimensions:
 
     def submit(self, pruning: starjoin.Pruning, types: Mapping[str, str]) -> None:
         """Start collecting ``pruning``'s keys, typed as the fact's ``types`` (fact column -> Spark SQL type)."""
+        self._start(pruning, self._pool.submit(self._tagged, self._collect, pruning, types))
+
+    def decline(self, pruning: starjoin.Pruning, reason: str) -> None:
+        """Do not collect ``pruning``'s keys: its collection is ``Collected(None, reason)``."""
+        declined: Future[Collected] = Future()
+        declined.set_result(Collected(None, reason))
+        self._start(pruning, declined)
+
+    def _start(self, pruning: starjoin.Pruning, future: Future[Collected]) -> None:
         if self._deadline is None:
             self._deadline = time.monotonic() + self._timeout_ms / 1000
-        self._started[pruning] = (self._pool.submit(self._tagged, self._collect, pruning, types), time.monotonic())
+        self._started[pruning] = (future, time.monotonic())
 
     def collected(self, pruning: starjoin.Pruning) -> Collected:
         """``pruning``'s collection, waiting for it no longer than the budget's end."""

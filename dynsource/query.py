@@ -45,7 +45,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, catalog, dimensions, names, report, sqltree
+from dynsource import autodpp, benefit, catalog, dimensions, names, report, sqltree
 from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,11 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     A query's dimensions are collected concurrently, each dimension text once,
     for at most the session's ``spark.dynsource.collectTimeoutMs`` (default
     60000 ms); a filter not collected by then is not applied and the report
-    says so (the query's rows are the same, read unpruned).
+    says so (the query's rows are the same, read unpruned). A filter on data
+    columns only of a fact Spark's file reader reads is collected only when the
+    fact is estimated at ``spark.dynsource.dataFilterMinScanBytes`` or more
+    (default: Spark's runtime filter threshold,
+    ``spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold``, 10 GB).
 
     Parameters
     ----------
@@ -122,9 +126,9 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     text, frames = _with_options_read(spark, query)
     if args or kwargs:  # the dimension queries would lose the parameters' values
         return frames.sql(spark, text, args, **kwargs)
-    timeout_ms = dimensions.timeout_ms(spark)
+    timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
     try:
-        plan = autodpp.plan(spark, text, frames=frames, timeout_ms=timeout_ms)
+        plan = autodpp.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes)
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
@@ -149,7 +153,8 @@ def explain_sql(spark: SparkSession, query: str) -> report.QueryReport:
     """
     text, frames = _with_options_read(spark, query)
     frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
-    plan = autodpp.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark))
+    plan = autodpp.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark),
+                        min_scan_bytes=benefit.min_scan_bytes(spark))
     plan.plan_scans(spark)
     return plan.report
 

@@ -28,6 +28,9 @@ def spark(tmp_path_factory):
         # List partition directories in the driver: a Spark job per listing would dominate the suite's time.
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         .config("spark.ui.showConsoleProgress", "false")
+        # The suite's tables are tiny: collect data-column filters as for a large fact (tests of the size rule
+        # set it back).
+        .config("spark.dynsource.dataFilterMinScanBytes", "0")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dynsource
-from dynsource import autodpp, cli, dimensions, starjoin
+from dynsource import autodpp, benefit, cli, dimensions, starjoin
 from dynsource.report import QueryReport
 
 DAYS = 60
@@ -249,6 +249,50 @@ def test_a_bad_collection_budget_is_an_error_naming_the_setting(star, value):
             dynsource.sql(star, "SELECT count(*) FROM store_sales")
     finally:
         star.conf.unset(dimensions.TIMEOUT_CONF)
+
+
+@pytest.fixture
+def min_scan_bytes(star):
+    """Sets ``spark.dynsource.dataFilterMinScanBytes`` (None: unset, Spark's runtime filter threshold applies)."""
+    before = star.conf.get(benefit.MIN_SCAN_CONF)
+
+    def set_to(value: str | None) -> None:
+        if value is None:
+            star.conf.unset(benefit.MIN_SCAN_CONF)
+        else:
+            star.conf.set(benefit.MIN_SCAN_CONF, value)
+
+    yield set_to
+    star.conf.set(benefit.MIN_SCAN_CONF, before)
+
+
+def test_a_data_column_filter_is_collected_for_sparks_reader_only_for_a_fact_past_the_size_setting(
+        star, star_root, min_scan_bytes):
+    query = ("SELECT s_state, count(*), sum(ss_sales_price) FROM {fact} JOIN store ON ss_store_sk = s_store_sk "
+             "WHERE s_state = 'TN' GROUP BY s_state")
+    # Estimated as every partition the size of the first one down the walk.
+    first = star_root / "store_sales" / "ss_sold_date_sk=0"
+    estimate = DAYS * sum(file.stat().st_size for file in first.iterdir())
+    for setting, collected in ((None, False), (str(estimate + 1), False), (str(estimate), True)):
+        min_scan_bytes(setting)
+        _, report = run(star, query, fact="store_sales_all")
+        assert (report.assignments[0].handle is not None) is collected, (setting, str(report))
+        if not collected:
+            least = 10 * 2**30 if setting is None else estimate + 1
+            assert (f"not collected: a filter on data columns only of a scan Spark's file reader reads pays only by "
+                    f"the row groups it skips, and the fact's {estimate:,} bytes (estimated) are under "
+                    f"spark.dynsource.dataFilterMinScanBytes ({least:,}); the join filters its rows") in str(report)
+        # dynsource's own reader filters the rows before they reach Spark: there the filter is always collected.
+        python = dynsource.scan_report(dynsource.sql(star, query.format(fact="store_sales_all_python")))
+        assert python.assignments[0].handle is not None
+
+
+@pytest.mark.parametrize("value", ["lots", "-1"])
+def test_a_bad_data_filter_size_setting_is_an_error_naming_it(star, min_scan_bytes, value):
+    min_scan_bytes(value)
+    with pytest.raises(ValueError, match=r"spark.dynsource.dataFilterMinScanBytes must be a size in bytes, 0 or "
+                                         r"more, such as 0, 512m or 10g; got '" + value):
+        dynsource.sql(star, "SELECT count(*) FROM store_sales")
 
 
 def test_the_query_predicates_on_partition_columns_prune_through_partition_filter(star):
