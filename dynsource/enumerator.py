@@ -27,6 +27,7 @@ from dynsource.levels import Level, LevelFilter, PartitionTyping, PartitionValue
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class DataFile:
     path: str
