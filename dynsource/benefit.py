@@ -118,9 +118,9 @@ def not_worth_collecting(fact_columns: Sequence[str], survey: Survey, min_bytes:
     estimate = survey.estimated_bytes()
     if estimate >= min_bytes:
         return None
-    return (f"not collected: a filter on data columns only of a scan Spark's file reader reads pays only by the "
-            f"row groups it skips, and the fact's {estimate:,} bytes (estimated) are under {MIN_SCAN_CONF} "
-            f"({min_bytes:,}); the join filters its rows")
+    return (f"not collected: its columns are data columns of a fact Spark's file reader reads, where the join "
+            f"filters the rows and the keys could only skip row groups, not worth a collection on "
+            f"{estimate:,} bytes (estimated), under {MIN_SCAN_CONF} ({min_bytes:,})")
 
 
 def no_benefit(data: DynamicFilteringData, survey: Survey | None, ratio: float) -> str | None:

@@ -279,9 +279,10 @@ def test_a_data_column_filter_is_collected_for_sparks_reader_only_for_a_fact_pas
         assert (report.assignments[0].handle is not None) is collected, (setting, str(report))
         if not collected:
             least = 10 * 2**30 if setting is None else estimate + 1
-            assert (f"not collected: a filter on data columns only of a scan Spark's file reader reads pays only by "
-                    f"the row groups it skips, and the fact's {estimate:,} bytes (estimated) are under "
-                    f"spark.dynsource.dataFilterMinScanBytes ({least:,}); the join filters its rows") in str(report)
+            assert ("not collected: its columns are data columns of a fact Spark's file reader reads, where the join "
+                    "filters the rows and the keys could only skip row groups, not worth a collection on "
+                    f"{estimate:,} bytes (estimated), under spark.dynsource.dataFilterMinScanBytes ({least:,})"
+                    ) in str(report)
         # dynsource's own reader filters the rows before they reach Spark: there the filter is always collected.
         python = dynsource.scan_report(dynsource.sql(star, query.format(fact="store_sales_all_python")))
         assert python.assignments[0].handle is not None
