@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ DATA_COLUMN_RATIO = 0.9  # a filter on data columns keeping more of a sampled fi
 MIN_SAMPLE_ROWS = 30  # fewer judge nothing; 30 rows all kept by a filter keeping 90% happen 4% of the time
 MIN_SCAN_CONF = "spark.dynsource.dataFilterMinScanBytes"
 SPARK_MIN_SCAN_CONF = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
+_SIZE = re.compile(r"(\d+)\s*([kmgtp]?)b?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,12 @@ def _walk(fact: ScanOptions, column_types: Mapping[str, str], deep: bool) -> tup
 def min_scan_bytes(spark: SparkSession) -> int:
     """The session's ``spark.dynsource.dataFilterMinScanBytes`` (Spark's runtime filter threshold when unset)."""
     text = spark.conf.get(MIN_SCAN_CONF, None) or spark.conf.get(SPARK_MIN_SCAN_CONF)
-    try:
-        value = spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text.strip())
-    except Exception:  # py4j's NumberFormatException
-        value = -1
-    if value < 0:
+    # Spark's byte strings (10737418240b, 512m, 10gb), read here: a Spark Connect client has no JVM to ask.
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
         raise ValueError(f"{MIN_SCAN_CONF} must be a size in bytes, 0 or more, such as 0, 512m or 10g; got {text!r}.")
-    return value
+    number, unit = match.groups()
+    return int(number) * 1024 ** "_kmgtp".index(unit.lower() or "_")
 
 
 def not_worth_collecting(fact_columns: Sequence[str], survey: Survey, min_bytes: int) -> str | None:
