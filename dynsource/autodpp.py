@@ -121,31 +121,29 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     for pruning in detection.prunings:
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
-    surveys: dict[str, benefit.Survey] = {}  # one walk per table, however many times the query reads it
+    facts = _Facts(spark, tables, definitions)
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         for pruning in detection.prunings:
-            types = tables[pruning.fact.table].columns
-            why = _not_collected(spark, pruning, definitions[pruning.fact.table], types, surveys,
-                                 min_scan_bytes)
+            why = _not_collected(facts, pruning, min_scan_bytes)
             if why is None:
+                types = tables[pruning.fact.table].columns
                 collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
             else:
                 collections.decline(pruning, why)
-        _plan_reads(by_scan, tables, definitions, collections, result, fallback_filter_ratio, surveys)
+        _plan_reads(by_scan, facts, collections, result, fallback_filter_ratio)
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
 
-def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], tables: Mapping[str, starjoin.TableInfo],
-                definitions: Mapping[str, catalog.TableDefinition], collections: dimensions.Dimensions, result: Plan,
-                ratio: float, surveys: dict[str, benefit.Survey]) -> None:
+def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], facts: _Facts,
+                collections: dimensions.Dimensions, result: Plan, ratio: float) -> None:
     """Each scan's read options (its filters worth applying, its partition predicates) and report, into ``result``."""
     for scan, prunings in by_scan.items():
-        definition, columns = definitions[scan.table], tables[scan.table].columns
+        definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
         shape = None
         if prunings or scan.predicates:
-            shape = _survey(surveys, scan.table, definition, columns)
+            shape = facts.survey(scan.table)
         static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
@@ -161,25 +159,37 @@ def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], tab
         result.notes += notes
 
 
-def _survey(surveys: dict[str, benefit.Survey], table: str, definition: catalog.TableDefinition,
-            column_types: Mapping[str, str]) -> benefit.Survey:
-    """``table``'s deep survey (its partition columns, the first data file a data-column filter is judged on)."""
-    if table not in surveys:
-        surveys[table] = benefit.survey(definition.scan_options, column_types)
-    return surveys[table]
+@dataclass
+class _Facts:
+    """What one plan learns of each dynsource table once, however many of its scans and prunings ask."""
+
+    spark: SparkSession
+    tables: Mapping[str, starjoin.TableInfo]
+    definitions: Mapping[str, catalog.TableDefinition]
+    _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
+    _readers: dict[str, str | None] = field(default_factory=dict)
+
+    def survey(self, table: str) -> benefit.Survey:
+        """``table``'s deep survey (its partition columns, the first data file a data-column filter is judged on)."""
+        if table not in self._surveys:
+            self._surveys[table] = benefit.survey(self.definitions[table].scan_options, self.tables[table].columns)
+        return self._surveys[table]
+
+    def reader(self, table: str) -> str | None:
+        """Which reader reads ``table`` (a Hadoop probe); None for a reader option its read reports as an error."""
+        if table not in self._readers:
+            try:
+                self._readers[table] = sparkreader.choose(self.spark, self.definitions[table].scan_options)[0]
+            except ValueError:
+                self._readers[table] = None
+        return self._readers[table]
 
 
-def _not_collected(spark: SparkSession, pruning: starjoin.Pruning, definition: catalog.TableDefinition,
-                   column_types: Mapping[str, str], surveys: dict[str, benefit.Survey], min_bytes: int) -> str | None:
+def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int) -> str | None:
     """Why ``pruning``'s keys are not worth collecting (:func:`benefit.not_worth_collecting`); None when they are."""
-    try:
-        reader = sparkreader.choose(spark, definition.scan_options)[0]
-    except ValueError:
-        return None  # a reader option the table's read reports
-    if reader != "spark":
+    if facts.reader(pruning.fact.table) != "spark":
         return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
-    survey = _survey(surveys, pruning.fact.table, definition, column_types)
-    return benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes)
+    return benefit.not_worth_collecting(pruning.fact_columns, facts.survey(pruning.fact.table), min_bytes)
 
 
 def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,
