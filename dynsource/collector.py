@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pybloom_live import BloomFilter
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -175,8 +176,42 @@ def _distinct_keys(projected: DataFrame, distinct: DataFrame, fields: list[tuple
     if not any(type_name in ("float", "double") for _, type_name in fields):
         rows = projected.limit(max_rows + 1).toArrow()
         if rows.num_rows <= max_rows:
-            return rows.group_by(rows.column_names, use_threads=False).aggregate([])
+            return _arrow_distinct(rows)
     return distinct.limit(max_rows + 1).toArrow()
+
+
+def _arrow_distinct(rows: pa.Table) -> pa.Table:
+    return rows.group_by(rows.column_names, use_threads=False).aggregate([])
+
+
+def exact_in_driver(rows: pa.Table, column_types: Mapping[str, str], keys: Keys, types: Mapping[str, str], *,
+                    null_safe: bool = False, max_rows: int = DEFAULT_MAX_ROWS,
+                    max_bytes: int = DEFAULT_MAX_BYTES) -> DynamicFilteringData | None:
+    """:func:`collect_data`'s exact payload of dimension ``rows`` already in the driver, without a Spark job.
+
+    ``column_types`` are the rows' Spark SQL types by column. Only where Spark's
+    answer cannot differ: each key column is the fact field's type already (no
+    cast), not a float (Spark groups -0.0 with 0.0), and the keys fit the limits.
+    Otherwise None: collect with :func:`collect_data`.
+    """
+    keys = key_pairs(keys)
+    fields = []
+    for field, column in keys.items():
+        try:
+            fact_type = normalize_type(types[field])
+            same = normalize_type(column_types[column]) == fact_type
+        except (KeyError, ValueError):  # not a column of the rows, or no atomic type
+            return None
+        if not same or fact_type in ("float", "double"):
+            return None
+        fields.append((field, fact_type))
+    table = rows.select(list(keys.values())).rename_columns(list(keys))
+    if not null_safe:
+        table = table.filter(functools.reduce(operator.and_, [pc.is_valid(table[field]) for field in keys]))
+    table = _arrow_distinct(table)
+    if table.num_rows > max_rows or table.nbytes > max_bytes:
+        return None
+    return DynamicFilteringData.from_table(fields, table, null_safe=null_safe)
 
 
 def key_pairs(keys: Keys) -> dict[str, str]:

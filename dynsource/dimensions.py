@@ -1,11 +1,15 @@
 """The dimension sides of one :func:`dynsource.sql` query: each read once, collected concurrently, within a budget.
 
-Each pruning's dimension rows are read into a snapshot (a local checkpoint the
-rewritten query reads in the dimension's place, see :mod:`dynsource.pins`) and
-its keys collected from that snapshot: two or three small Spark jobs, bound by
-their scheduling latency rather than by the cores. So all the prunings of a
-query are submitted at once to a few threads and Spark runs their jobs side by
-side. Prunings whose dimension rows are the same text share one snapshot
+Each pruning's dimension rows are read into a snapshot that the rewritten query
+reads in the dimension's place (see :mod:`dynsource.pins`). Rows as few as a
+small relation's (``SMALL_RELATION_ROWS``, within ``LOCAL_SNAPSHOT_BYTES``) are
+fetched to the driver as Arrow by one Spark job and handed back to Spark as a
+local relation, and their keys are taken from them in the driver where Spark's
+answer cannot differ (plain key columns of the fact's types): one job in all.
+More rows go to a local checkpoint the keys are then collected from by a second
+job. Those jobs are bound by their scheduling latency rather than by the cores,
+so all the prunings of a query are submitted at once to a few threads and Spark
+runs their jobs side by side. Prunings whose dimension rows are the same text share one snapshot
 (TPC-DS q88's eight subqueries repeat two of their three dimensions), and
 those with the same keys as well share one collection.
 
@@ -25,11 +29,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql import types as spark_types
 
 from dynsource import collector, pins, starjoin
 from dynsource.filtering import DynamicFilteringData
@@ -43,6 +49,7 @@ WORKERS = 4  # collections at once: enough to overlap their jobs' latency, few e
 # A dimension side without a selective predicate still prunes when it is this small (Spark's DPP and runtime
 # filters also accept a small creation side); its keys are then collected exactly.
 SMALL_RELATION_ROWS = 10_000
+LOCAL_SNAPSHOT_BYTES = 8 * 1024 * 1024  # most Arrow bytes of dimension rows held in the driver as a local relation
 
 T = TypeVar("T")
 
@@ -59,6 +66,17 @@ def timeout_ms(spark: SparkSession) -> int:
     if value < 0:
         raise ValueError(f"{TIMEOUT_CONF} must be a whole number of milliseconds, 0 or more; got {text!r}.")
     return value
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """A dimension's rows as the query reads them (``name``: its placeholder), or why they are not used."""
+
+    name: str | None
+    reason: str | None = None
+    reads_tables: bool = False  # the rows read a dynsource table
+    rows: pa.Table | None = None  # the rows themselves, when held in the driver
+    types: Mapping[str, str] = field(default_factory=dict)  # their Spark SQL types by column, when held
 
 
 @dataclass(frozen=True)
@@ -137,26 +155,46 @@ class Dimensions:
         if pruning.pin is None:
             return Collected(None, "the query text of its dimension rows could not be located, "
                                    "so they cannot be read once")
-        snapshot, reason, reads_tables = self._once(("rows", pruning.pin.rows_sql, pruning.selective),
-                                                    lambda: self._snapshot(pruning))
-        if snapshot is None:
-            return Collected(None, reason, seconds=time.monotonic() - started)
-        pin = pruning.pin.with_snapshot(snapshot)
-        keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
+        snapshot = self._once(("rows", pruning.pin.rows_sql, pruning.selective), lambda: self._snapshot(pruning))
+        if snapshot.name is None:
+            return Collected(None, snapshot.reason, seconds=time.monotonic() - started)
+        pin = pruning.pin.with_snapshot(snapshot.name)
         data = self._once(("keys", pin.keys_sql, tuple(types.items()), pruning.null_safe),
-                          lambda: collector.collect_data(self._frames.sql(self._spark, pin.keys_sql), keys,
-                                                         types=types, null_safe=pruning.null_safe))
-        return Collected(data, None, pin, time.monotonic() - started, reads_tables)
+                          lambda: self._keys(pruning, pin, snapshot, types))
+        return Collected(data, None, pin, time.monotonic() - started, snapshot.reads_tables)
 
-    def _snapshot(self, pruning: starjoin.Pruning) -> tuple[str | None, str | None, bool]:
-        """The snapshot's name of ``pruning``'s dimension rows, or None and why they are not used; and whether the
-        rows read a dynsource table."""
+    def _snapshot(self, pruning: starjoin.Pruning) -> _Snapshot:
+        """``pruning``'s dimension rows as a snapshot, or why they are not used."""
         text = self._reading(pruning.pin.rows_sql)
         rows = self._frames.sql(self._spark, text)
-        if not pruning.selective and rows.limit(SMALL_RELATION_ROWS + 1).count() > SMALL_RELATION_ROWS:
-            return None, (f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} rows "
-                          "(not a small relation)"), False
-        return self._frames.add("pinned", rows.localCheckpoint()), None, text != pruning.pin.rows_sql
+        reads_tables = text != pruning.pin.rows_sql
+        held = rows.limit(SMALL_RELATION_ROWS + 1).toArrow() if _travels_as_arrow(rows.schema) else None
+        if not pruning.selective:
+            count = held.num_rows if held is not None else rows.limit(SMALL_RELATION_ROWS + 1).count()
+            if count > SMALL_RELATION_ROWS:
+                return _Snapshot(None, f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} "
+                                       "rows (not a small relation)")
+        if held is not None and held.num_rows <= SMALL_RELATION_ROWS and held.nbytes <= LOCAL_SNAPSHOT_BYTES:
+            local = self._spark.createDataFrame(held, schema=rows.schema)
+            types = {f.name: f.dataType.simpleString() for f in rows.schema.fields}
+            return _Snapshot(self._frames.add("pinned", local), reads_tables=reads_tables, rows=held, types=types)
+        return _Snapshot(self._frames.add("pinned", rows.localCheckpoint()), reads_tables=reads_tables)
+
+    def _keys(self, pruning: starjoin.Pruning, pin: pins.Pin, snapshot: _Snapshot,
+              types: Mapping[str, str]) -> DynamicFilteringData:
+        """The keys of ``pruning`` in ``snapshot``: taken from its rows in the driver where they can be, else
+        collected by a Spark job."""
+        if snapshot.rows is not None and pin.key_columns is not None:
+            columns = [_column(snapshot.types, name) for name in pin.key_columns]
+            if None not in columns:
+                data = collector.exact_in_driver(snapshot.rows, snapshot.types,
+                                                 dict(zip(pruning.fact_columns, columns, strict=True)), types,
+                                                 null_safe=pruning.null_safe)
+                if data is not None:
+                    return data
+        keys = {column: f"k{position}" for position, column in enumerate(pruning.fact_columns)}
+        return collector.collect_data(self._frames.sql(self._spark, pin.keys_sql), keys, types=types,
+                                      null_safe=pruning.null_safe)
 
     def _once(self, key: tuple, compute: Callable[[], T]) -> T:
         """``compute()``, or what the first call with the same ``key`` computed (waiting for it if it runs)."""
@@ -171,3 +209,28 @@ class Dimensions:
             except BaseException as error:  # the others sharing it learn the same failure
                 future.set_exception(error)
         return future.result()
+
+
+# Types whose values come back from Arrow exactly as Spark wrote them (intervals, variants and the like stay in Spark).
+_ARROW_ATOMIC = (spark_types.BooleanType, spark_types.ByteType, spark_types.ShortType, spark_types.IntegerType,
+                 spark_types.LongType, spark_types.FloatType, spark_types.DoubleType, spark_types.DecimalType,
+                 spark_types.StringType, spark_types.BinaryType, spark_types.DateType, spark_types.TimestampType,
+                 spark_types.TimestampNTZType)
+
+
+def _travels_as_arrow(data_type: spark_types.DataType) -> bool:
+    """Whether rows of ``data_type`` can be held in the driver as Arrow and handed back to Spark unchanged."""
+    if isinstance(data_type, spark_types.StructType):
+        names = [f.name.lower() for f in data_type.fields]
+        return len(set(names)) == len(names) and all(_travels_as_arrow(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, spark_types.ArrayType):
+        return _travels_as_arrow(data_type.elementType)
+    if isinstance(data_type, spark_types.MapType):
+        return _travels_as_arrow(data_type.keyType) and _travels_as_arrow(data_type.valueType)
+    return isinstance(data_type, _ARROW_ATOMIC)
+
+
+def _column(types: Mapping[str, str], name: str) -> str | None:
+    """The column of ``types`` Spark resolves ``name`` to (ignoring case)."""
+    matches = [column for column in types if column.lower() == name.lower()]
+    return matches[0] if len(matches) == 1 else None

@@ -32,10 +32,12 @@ class Pin:
     rows_sql: str  # the rows to snapshot (the statement's CTEs included)
     reference: str  # what takes the text's place, reading PINNED
     keys_sql: str  # the pruning's keys, from PINNED
+    # The snapshot's columns the keys are, in order, when keys_sql only renames them (no expression, no filter).
+    key_columns: tuple[str, ...] | None = None
 
     def with_snapshot(self, name: str) -> Pin:
         return Pin(self.start, self.end, self.rows_sql, self.reference.replace(PINNED, name),
-                   self.keys_sql.replace(PINNED, name))
+                   self.keys_sql.replace(PINNED, name), self.key_columns)
 
 
 def source_pin(node: exp.Expression, predicates: Sequence[exp.Expression], keyed: exp.Select,
@@ -52,7 +54,7 @@ def source_pin(node: exp.Expression, predicates: Sequence[exp.Expression], keyed
     rows = exp.select("*").from_(node.copy())
     if predicates:
         rows = rows.where(exp.and_(*[p.copy() for p in predicates]))
-    return Pin(*span, with_ctes_sql(rows, ctes), f"{PINNED} AS {alias}", _keys_from_pinned(keyed, alias))
+    return Pin(*span, with_ctes_sql(rows, ctes), f"{PINNED} AS {alias}", *_keys_from_pinned(keyed, alias, predicates))
 
 
 def subquery_pin(subquery: exp.Query, keyed: exp.Select, ctes: exp.With | None,
@@ -61,15 +63,25 @@ def subquery_pin(subquery: exp.Query, keyed: exp.Select, ctes: exp.With | None,
     span = _enclosing_parens(subquery, tokens)
     if span is None:
         return None
-    return Pin(*span, with_ctes_sql(subquery.copy(), ctes), f"(SELECT * FROM {PINNED})", _keys_from_pinned(keyed, "_d"))
+    return Pin(*span, with_ctes_sql(subquery.copy(), ctes), f"(SELECT * FROM {PINNED})",
+               *_keys_from_pinned(keyed, "_d", ()))
 
 
-def _keys_from_pinned(keyed: exp.Select, alias: str) -> str:
+def _keys_from_pinned(keyed: exp.Select, alias: str, applied: Sequence[exp.Expression],
+                      ) -> tuple[str, tuple[str, ...] | None]:
+    """``keyed`` reading PINNED AS ``alias``, without the predicates the snapshot ``applied`` already; and the
+    snapshot's columns the keys are, when they are plain columns and no predicate is left."""
     pinned = keyed.copy()
     pinned.set("with_", None)
     pinned.set("joins", None)
     pinned.set("from_", exp.From(this=exp.alias_(exp.to_table(PINNED), alias, table=True)))
-    return pinned.sql("spark")
+    done = {predicate.unnest().sql("spark") for predicate in applied}
+    left = [p for p in sqltree.conjuncts(pinned.args.get("where")) if p.unnest().sql("spark") not in done]
+    pinned.set("where", exp.Where(this=exp.and_(*left)) if left else None)
+    keys = [key.unalias() for key in pinned.expressions]
+    clauses = [name for name, value in pinned.args.items() if value and name not in ("expressions", "from_")]
+    plain = not clauses and all(isinstance(key, exp.Column) and key.table in ("", alias) for key in keys)
+    return pinned.sql("spark"), tuple(key.name for key in keys) if plain else None
 
 
 def with_ctes_sql(query: exp.Query, ctes: exp.With | None) -> str:

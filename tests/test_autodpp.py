@@ -205,6 +205,55 @@ def test_a_dimension_that_reads_a_dynsource_table_reads_it_as_the_query_does(sta
     assert sorted(plan.run(star).collect()) == sorted(expected)
 
 
+def _jobs_run_by(spark, action) -> int:
+    """How many Spark jobs ``action()`` started."""
+    tracker = spark.sparkContext.statusTracker()
+    before = max(tracker.getJobIdsForGroup(None), default=-1)
+    action()
+    return sum(job > before for job in tracker.getJobIdsForGroup(None))
+
+
+def test_a_small_dimension_is_collected_by_one_spark_job_and_a_larger_one_by_a_checkpoint(star, monkeypatch):
+    # At most SMALL_RELATION_ROWS rows are held in the driver and their keys (of the fact column's type) taken there:
+    # one job. More rows go to a local checkpoint and a key job, after the job that found them too many. Both give the
+    # same filter and rows.
+    query = ("WITH days AS (SELECT CAST(d_date_sk AS INT) d_date_sk, d_moy FROM date_dim WHERE d_year = 2000) "
+             "SELECT d_moy, count(*) FROM {fact} JOIN days ON ss_sold_date_sk = days.d_date_sk GROUP BY d_moy")
+    expected = sorted(star.sql(query.format(fact="store_sales_native")).collect())
+    plans = []
+    assert _jobs_run_by(star, lambda: plans.append(autodpp.plan(star, query.format(fact="store_sales")))) == 1
+    monkeypatch.setattr(dimensions, "SMALL_RELATION_ROWS", 1)
+    assert _jobs_run_by(star, lambda: plans.append(autodpp.plan(star, query.format(fact="store_sales")))) == 3
+    for plan in plans:
+        (assignment,) = plan.assignments
+        assert assignment.keys == len(YEAR_2000) and assignment.payload_kind == "exact", str(plan.report)
+        assert sorted(plan.run(star).collect()) == expected
+
+
+@pytest.mark.parametrize("keys", [
+    "CAST(d_date_sk AS INT) AS d_date_sk",  # held in the driver, its keys taken there
+    "d_date_sk",  # a bigint key for an int partition column: Spark casts it
+    "CAST(d_date_sk AS INT) AS d_date_sk, INTERVAL '1' DAY AS step",  # no Arrow for an interval: a local checkpoint
+])
+def test_a_dimensions_rows_read_from_the_snapshot_equal_sparks_whatever_their_types(star, keys):
+    # Every type Spark hands over as Arrow comes back unchanged (the session's time zone is not UTC here).
+    columns = ("CAST(d_moy AS DECIMAL(10, 2)) dec, DATE '2000-01-01' + CAST(d_moy AS INT) day, "
+               "CAST(d_moy AS TINYINT) tiny, TIMESTAMP '2000-03-26 02:30:00' + make_interval(0, 0, 0, d_moy) ts, "
+               "CAST(NULL AS STRING) nothing, "
+               "array(d_moy, NULL) list, map('m', d_moy) dict, named_struct('y', d_year) record, X'CAFE' bytes, "
+               "-0.0D zero, CAST(DATE '2000-01-01' + CAST(d_moy AS INT) AS TIMESTAMP_NTZ) ntz")
+    query = (f"WITH days AS (SELECT {keys}, d_moy, {columns} FROM date_dim WHERE d_year = 2000 AND d_moy < 3) "
+             "SELECT days.*, count(*) n FROM {fact} JOIN days ON ss_sold_date_sk = days.d_date_sk "
+             "GROUP BY ALL")
+    zone = star.conf.get("spark.sql.session.timeZone")
+    star.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        rows, report = run(star, query)
+    finally:
+        star.conf.set("spark.sql.session.timeZone", zone)
+    assert len(rows) == 4 and report.scans()[0].partitions_kept == 4, str(report)
+
+
 def test_a_declined_dimension_is_read_from_its_snapshot_only_if_it_reads_a_dynsource_table(star):
     # TPC-DS q14: cross_items (an intersect over three facts) keeps every item, so its filter is declined; the query
     # reads it from the snapshot its collection made rather than scanning the facts again. A declined filter from a

@@ -161,3 +161,27 @@ def test_collect_publishes_the_graded_payload(spark):
 def test_bad_arguments_are_rejected(spark, options, message):
     with pytest.raises(ValueError, match=message):
         dynsource.collect_data(dimension(spark, 3), KEY, **options)
+
+
+def test_keys_of_rows_in_the_driver_equal_sparks_where_spark_cannot_differ(spark):
+    rows = pa.table({"d_date_sk": pa.array([3, 3, None, 9], pa.int32()), "d_year": [2000, 2000, 2000, 2001]})
+    column_types = {"d_date_sk": "int", "d_year": "bigint"}
+    for null_safe in (False, True):
+        held = collector.exact_in_driver(rows, column_types, KEY, {"ss_sold_date_sk": "int"}, null_safe=null_safe)
+        by_spark = dynsource.collect_data(spark.createDataFrame(rows), KEY, types={"ss_sold_date_sk": "int"},
+                                          null_safe=null_safe)
+        assert held.fields == by_spark.fields and held.kind == by_spark.kind == "exact"
+        probe = pa.table({"ss_sold_date_sk": pa.array([3, 9, None, 4], pa.int32())})
+        assert held.matching_mask(probe).to_pylist() == by_spark.matching_mask(probe).to_pylist()
+        assert len(held) == len(by_spark) == 2 + null_safe
+
+
+@pytest.mark.parametrize(("column_type", "fact_type", "limit"), [
+    ("bigint", "int", 10),  # a cast: Spark's try_cast decides which keys fit
+    ("double", "double", 10),  # Spark groups -0.0 with 0.0
+    ("int", "int", 1),  # more keys than max_rows: a Bloom filter or bounds, built by Spark
+])
+def test_keys_of_rows_in_the_driver_are_left_to_spark_where_it_could_differ(column_type, fact_type, limit):
+    rows = pa.table({"d_date_sk": [1, 2, 3]})
+    assert collector.exact_in_driver(rows, {"d_date_sk": column_type}, KEY, {"ss_sold_date_sk": fact_type},
+                                     max_rows=limit) is None

@@ -214,3 +214,21 @@ def test_a_dimensions_rows_carry_only_the_ctes_they_may_read():
         "WITH a AS (SELECT 1 AS x), b AS (SELECT * FROM a) SELECT * FROM b"
     assert pins.with_ctes_sql(sqlglot.parse_one("SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"), ctes) == \
         "WITH heavy AS (SELECT 2 AS y) SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"
+
+
+def test_a_dimensions_keys_are_read_from_its_snapshot_without_the_predicates_it_applied():
+    (joined,) = detect("SELECT * FROM store_sales s JOIN date_dim d ON s.ss_sold_date_sk = d.d_date_sk "
+                       "WHERE d.d_year = 2000 AND (d.d_moy = 1 OR d.d_moy = 2)", TABLES).prunings
+    assert joined.pin.keys_sql == "SELECT d.d_date_sk AS k0 FROM __dynsource_pinned__ AS d"
+    assert joined.pin.key_columns == ("d_date_sk",)
+    (subquery,) = detect("SELECT * FROM store_sales WHERE ss_sold_date_sk IN "
+                         "(SELECT d_date_sk FROM date_dim WHERE d_year = 2000)", TABLES).prunings
+    assert subquery.pin.key_columns == ("d_date_sk",)
+    # An ON predicate filters for its own join only: the snapshot does not apply it, the keys do.
+    (on,) = detect("SELECT * FROM store_sales s JOIN date_dim d ON s.ss_sold_date_sk = d.d_date_sk AND d.d_moy = 1 "
+                   "WHERE d.d_year = 2000", TABLES).prunings
+    assert on.pin.keys_sql == "SELECT d.d_date_sk AS k0 FROM __dynsource_pinned__ AS d WHERE d.d_moy = 1"
+    assert on.pin.key_columns is None
+    (computed,) = detect("SELECT * FROM store_sales s JOIN date_dim d ON s.ss_sold_date_sk = d.d_date_sk + 1 "
+                         "WHERE d.d_year = 2000", TABLES).prunings
+    assert computed.pin.key_columns is None
