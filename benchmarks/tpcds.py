@@ -6,15 +6,16 @@ is written Hive-partitioned by its date key with Spark; the dimensions are plain
 Parquet. ``spark.sql`` reads the facts as temporary views of ``spark.read.parquet``
 made once (their listing cached, Spark's DPP on); ``dynsource.sql`` reads them as
 registered dynsource tables. Each query runs once untimed in each mode (a warm-up)
-and then once timed, interleaved, each run starting when no Spark stage is left
-running from the one before; the results are compared without regard to
-order. Eight query texts name columns in double quotes, which Spark reads as
-strings: they are given backquotes (:func:`spark_dialect`). Output: per query
-the two times, their ratio and what dynsource pruned; then the counts (equal,
-pruned), the geometric mean of the ratios, the worst ten.
+and then ``--repeat`` times timed (default once; the median is kept), the modes
+interleaved, each run starting when no Spark stage is left running from the one
+before; the results are compared without regard to order. Eight query texts
+name columns in double quotes, which Spark reads as strings: they are given
+backquotes (:func:`spark_dialect`). Output: per query the two times, their ratio
+and what dynsource pruned; then the counts (equal, pruned), the geometric mean
+of the ratios, the worst ten.
 
-    python -m benchmarks.tpcds --scale 0.1                  # all 99 queries
-    python -m benchmarks.tpcds --scale 0.1 --queries 3,7,9   # some
+    python -m benchmarks.tpcds --scale 0.1                             # all 99 queries
+    python -m benchmarks.tpcds --scale 0.1 --queries 3,7,9 --repeat 5   # some, medians of five runs
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -122,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", default="", help="comma-separated query numbers (default: all 99)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per query and mode, their median kept")
     parser.add_argument("--reader", choices=("auto", "python"), default="auto",
                         help="the registered facts' reader option (python: the read tasks count row groups and rows)")
     args = parser.parse_args(argv)
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = [int(q) for q in args.queries.split(",") if q] or sorted(texts)
     results = {}
     for number in chosen:
-        results[number] = compare(spark, texts[number].strip().rstrip(";"), native_views)
+        results[number] = compare(spark, texts[number].strip().rstrip(";"), native_views, args.repeat)
         result = results[number]
         print(f"q{number}: spark {result['spark_s']:.2f} s, dynsource {result['dynsource_s']:.2f} s, "
               f"ratio {result['ratio']}, equal {result['equal']}, pruned {len(result['pruned'])}"
@@ -166,26 +169,30 @@ def main(argv: list[str] | None = None) -> None:
     spark.stop()
 
 
-def compare(spark, text: str, native_views: dict) -> dict:
+def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
     """One query through spark.sql (the facts as temporary views of the same Parquet) and through
-    dynsource.sql (the registered facts): the second of two runs each, and whether their rows agree."""
+    dynsource.sql (the registered facts): the median of ``repeat`` timed runs each after an untimed one,
+    interleaved, and whether their rows agree."""
     import dynsource
 
-    for name, df in native_views.items():  # the native facts shadow the registered tables by temporary views
-        df.createOrReplaceTempView(name)
     native = lambda: comparable(spark.sql(text).collect())  # noqa: E731
-    run_query(spark, native)
-    native_s, native_rows, native_error = run_query(spark, native)
-    for name in native_views:
-        spark.catalog.dropTempView(name)
     frames = {}
 
     def ours():
         frames["df"] = dynsource.sql(spark, text)
         return comparable(frames["df"].collect())
 
-    run_query(spark, ours)
-    ours_s, our_rows, our_error = run_query(spark, ours)
+    native_times, our_times = [], []
+    for _ in range(repeat + 1):
+        for name, df in native_views.items():  # the native facts shadow the registered tables by temporary views
+            df.createOrReplaceTempView(name)
+        native_s, native_rows, native_error = run_query(spark, native)
+        for name in native_views:
+            spark.catalog.dropTempView(name)
+        ours_s, our_rows, our_error = run_query(spark, ours)
+        native_times.append(native_s)
+        our_times.append(ours_s)
+    native_s, ours_s = statistics.median(native_times[1:]), statistics.median(our_times[1:])
     report = dynsource.scan_report(frames["df"]) if "df" in frames else None
     assignments = getattr(report, "assignments", ())
     pruned = [a.scan for a in assignments if a.handle or a.partition_filter]

@@ -60,6 +60,7 @@ _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the sessio
 LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
     weakref.WeakKeyDictionary())
+_OPENED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see _hadoop_opens
 
 
 def choose(spark: SparkSession, options: ScanOptions) -> tuple[str, str]:
@@ -188,13 +189,24 @@ def _base_url(options: ScanOptions) -> str:
 
 def _hadoop_opens(spark: SparkSession, url: str) -> bool:
     """Whether the session's Hadoop filesystem for ``url``'s scheme exists and finds ``url`` (a probe, not a
-    guess from the scheme: ``s3a://`` opens only where the session has the S3A jars and settings)."""
+    guess from the scheme: ``s3a://`` opens only where the session has the S3A jars and settings).
+
+    Hadoop keeps a filesystem per scheme and authority once made, so a URL found once is not probed again (five
+    JVM calls per read; the walk that plans each scan reports a root removed since). One not found is probed
+    again: its store may become reachable, or the table be created.
+    """
+    opened = _OPENED.setdefault(spark, set())
+    if url in opened:
+        return True
     jvm, conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()
     try:
         path = jvm.org.apache.hadoop.fs.Path(url)
-        return bool(path.getFileSystem(conf).exists(path))
+        found = bool(path.getFileSystem(conf).exists(path))
     except Exception:  # py4j's error for UnsupportedFileSystemException, a missing class, a refused connection
         return False
+    if found:
+        opened.add(url)
+    return found
 
 
 def _in_list_cap(spark: SparkSession, options: ScanOptions) -> int:
