@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from dynsource import filtering, handles
 from dynsource.filtering import DEFAULT_FPP, KINDS, DynamicFilteringData
 from dynsource.filterstore import FilterStore
-from dynsource.types import normalize_type
+from dynsource.types import INTEGRAL, arrow_type, normalize_type
 
 log = logging.getLogger(__name__)
 
@@ -190,24 +190,32 @@ def exact_in_driver(rows: pa.Table, column_types: Mapping[str, str], keys: Keys,
     """:func:`collect_data`'s exact payload of dimension ``rows`` already in the driver, without a Spark job.
 
     ``column_types`` are the rows' Spark SQL types by column. Only where Spark's
-    answer cannot differ: each key column is the fact field's type already (no
-    cast), not a float (Spark groups -0.0 with 0.0), and the keys fit the limits.
-    Otherwise None: collect with :func:`collect_data`.
+    answer cannot differ: each key column is the fact field's type already, or
+    both are integral (a key outside the fact type's range is dropped, as
+    Spark's ``try_cast`` makes it null), not a float (Spark groups -0.0 with
+    0.0), and the keys fit the limits. Otherwise None: collect with :func:`collect_data`.
     """
     keys = key_pairs(keys)
-    fields = []
+    fields, fits = [], []
+    table = rows.select(list(keys.values())).rename_columns(list(keys))
     for field, column in keys.items():
         try:
-            fact_type = normalize_type(types[field])
-            same = normalize_type(column_types[column]) == fact_type
+            fact_type, column_type = normalize_type(types[field]), normalize_type(column_types[column])
         except (KeyError, ValueError):  # not a column of the rows, or no atomic type
             return None
-        if not same or fact_type in ("float", "double"):
+        if fact_type != column_type:
+            if fact_type not in INTEGRAL or column_type not in INTEGRAL:
+                return None
+            bounds, values = np.iinfo(arrow_type(fact_type).to_pandas_dtype()), table[field]
+            inside = pc.and_(pc.greater_equal(values, int(bounds.min)), pc.less_equal(values, int(bounds.max)))
+            fits.append(pc.fill_null(inside, True))  # a null key fits: it stays null
+        elif fact_type in ("float", "double"):
             return None
         fields.append((field, fact_type))
-    table = rows.select(list(keys.values())).rename_columns(list(keys))
     if not null_safe:
-        table = table.filter(functools.reduce(operator.and_, [pc.is_valid(table[field]) for field in keys]))
+        fits += [pc.is_valid(table[field]) for field in keys]
+    if fits:
+        table = table.filter(functools.reduce(pc.and_, fits))
     table = _arrow_distinct(table)
     if table.num_rows > max_rows or table.nbytes > max_bytes:
         return None

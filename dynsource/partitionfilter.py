@@ -38,7 +38,6 @@ from dynsource import partitions, types
 from dynsource.levels import Level, LevelFilter
 
 OPTION = "partitionFilter"
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.NullSafeEQ: "<=>",
 }
@@ -170,7 +169,7 @@ def _lower(columns) -> set[str]:
 
 
 def _supported(type_name: str) -> bool:
-    return type_name in (*_INTEGRAL, "string", "date", "boolean") or type_name.startswith("decimal")
+    return type_name in (*types.INTEGRAL, "string", "date", "boolean") or type_name.startswith("decimal")
 
 
 def _columns(predicate: Predicate) -> set[str]:
@@ -312,7 +311,7 @@ def _scalar(literal: Literal, type_name: str) -> pa.Scalar:
             raise ValueError(f"literal '{literal.value}' cannot be converted to {type_name}") from None
     if literal.kind == "boolean" and type_name == "boolean":
         return pa.scalar(literal.value, arrow)
-    if literal.kind == "number" and type_name in _INTEGRAL and literal.value == literal.value.to_integral_value():
+    if literal.kind == "number" and type_name in types.INTEGRAL and literal.value == literal.value.to_integral_value():
         return pa.scalar(int(literal.value), pa.int64())
     if literal.kind == "number" and type_name.startswith("decimal"):
         exponent = literal.value.as_tuple().exponent

@@ -45,7 +45,7 @@ _ARROW = {
     "timestamp_ntz": pa.timestamp("us"),
 }
 
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _DECIMAL = re.compile(r"^decimal\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
 _LENGTHED = re.compile(r"^(varchar|char)\s*\(\s*\d+\s*\)$")
 
@@ -111,7 +111,7 @@ def holds(arrow: pa.DataType, spark_type: str) -> bool:
 
 
 def is_numeric(name: str) -> bool:
-    return name in _INTEGRAL or name in ("float", "double") or name.startswith("decimal")
+    return name in INTEGRAL or name in ("float", "double") or name.startswith("decimal")
 
 
 def comparison_type(left: str, right: str) -> str | None:
@@ -137,8 +137,8 @@ def comparison_type(left: str, right: str) -> str | None:
 
 
 def _wider_numeric(left: str, right: str) -> str:
-    if left in _INTEGRAL and right in _INTEGRAL:
-        return max(left, right, key=_INTEGRAL.index)
+    if left in INTEGRAL and right in INTEGRAL:
+        return max(left, right, key=INTEGRAL.index)
     if "float" in (left, right) or "double" in (left, right):
         return "double"
     precision_l, scale_l = _as_decimal(left)

@@ -232,7 +232,8 @@ def test_a_small_dimension_is_collected_by_one_spark_job_and_a_larger_one_by_a_c
 
 @pytest.mark.parametrize("keys", [
     "CAST(d_date_sk AS INT) AS d_date_sk",  # held in the driver, its keys taken there
-    "d_date_sk",  # a bigint key for an int partition column: Spark casts it
+    "d_date_sk",  # a bigint key for an int partition column: its keys in the int range taken there
+    "CAST(d_date_sk AS DECIMAL(12, 0)) AS d_date_sk",  # a decimal key for an int column: Spark casts it
     "CAST(d_date_sk AS INT) AS d_date_sk, INTERVAL '1' DAY AS step",  # no Arrow for an interval: a local checkpoint
 ])
 def test_a_dimensions_rows_read_from_the_snapshot_equal_sparks_whatever_their_types(star, keys):
