@@ -63,6 +63,7 @@ class Plan:
     # Every scan of a dynsource table, with the reader options that prune it (dynamicFilter, partitionFilter) if any.
     reads: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
     pinned: list[pins.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
+    prepared: dict[starjoin.FactScan, str] = field(default_factory=dict)  # placeholders of reads made in plan()
 
     @property
     def report(self) -> QueryReport:
@@ -76,7 +77,8 @@ class Plan:
         """
         edits = [(pin.start, pin.end, pin.reference) for pin in self.pinned]
         for scan, options in self.reads:
-            name = self.frames.add("fact", catalog.read_table(spark, scan.table, options, scan.columns))
+            name = self.prepared.get(scan) or self.frames.add("fact", catalog.read_table(spark, scan.table, options,
+                                                                                         scan.columns))
             edits.append((scan.start, scan.end, name + ("" if scan.written_alias else f" AS {scan.alias}")))
         pieces, position = [], 0
         for start, end, text in sorted(edits):
@@ -98,13 +100,14 @@ class Plan:
 
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
-         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0) -> Plan:
+         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0, prepare: bool = False) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
     Runs the dimension queries (Spark jobs), not the query itself, spending at
     most ``timeout_ms`` on them. ``frames`` are the DataFrames ``query`` names by placeholders.
     A filter on data columns only of a fact Spark's reader reads is collected when the fact is estimated at
-    ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`).
+    ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`). With ``prepare``, the scans no
+    dimension prunes are read for :meth:`Plan.run` while the dimensions are collected.
     """
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
     resolver = names.Resolver(spark, result.frames.frames)
@@ -130,21 +133,42 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
                 collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
             else:
                 collections.decline(pruning, why)
+        if prepare:
+            _prepare_unpruned(spark, by_scan, facts, result)
         _plan_reads(by_scan, facts, collections, result, fallback_filter_ratio)
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
 
+def _prepare_unpruned(spark: SparkSession, by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]],
+                      facts: _Facts, result: Plan) -> None:
+    """Read each scan that no dimension prunes into ``result.prepared`` (its listing overlaps the collections)."""
+    for scan, prunings in by_scan.items():
+        if not prunings:
+            static = _static_filter(scan, facts)
+            try:
+                df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
+                                        scan.columns)
+            except Exception:  # Plan.run reads it again and raises the error there, as without prepare
+                continue
+            result.prepared[scan] = result.frames.add("fact", df)
+
+
+def _static_filter(scan: starjoin.FactScan, facts: _Facts) -> str | None:
+    """The scan's ``partitionFilter`` from the query's own predicates, None without any."""
+    if not scan.predicates:
+        return None
+    definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
+    return _partition_filter(scan, definition, columns, facts.survey(scan.table).columns)
+
+
 def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], facts: _Facts,
                 collections: dimensions.Dimensions, result: Plan, ratio: float) -> None:
     """Each scan's read options (its filters worth applying, its partition predicates) and report, into ``result``."""
     for scan, prunings in by_scan.items():
-        definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
-        shape = None
-        if prunings or scan.predicates:
-            shape = facts.survey(scan.table)
-        static = _partition_filter(scan, definition, columns, shape.columns) if scan.predicates else None
+        shape = facts.survey(scan.table) if prunings else None
+        static = _static_filter(scan, facts)
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
             assignment, notes = _assign(scan, prunings, shape, collections, result, ratio)

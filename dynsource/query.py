@@ -128,7 +128,8 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
         return frames.sql(spark, text, args, **kwargs)
     timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
     try:
-        plan = autodpp.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes)
+        plan = autodpp.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes,
+                            prepare=True)
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)

@@ -230,6 +230,17 @@ def test_a_small_dimension_is_collected_by_one_spark_job_and_a_larger_one_by_a_c
         assert sorted(plan.run(star).collect()) == expected
 
 
+def test_a_scan_no_dimension_prunes_is_read_while_the_dimensions_are_collected(star):
+    query = ("SELECT 'pruned' side, count(*) n FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+             "WHERE d_year = 2000 AND d_moy = 2 UNION ALL SELECT 'whole', count(*) FROM {whole} WHERE ss_store_sk = 3")
+    plan = autodpp.plan(star, query.format(fact="store_sales", whole="store_sales_all"), prepare=True)
+    assert [scan.table for scan in plan.prepared] == ["default.store_sales_all"], str(plan.report)
+    df = plan.run(star)
+    assert len([name for name in plan.frames.frames if name.startswith("__dynsource_fact_")]) == 2  # none read twice
+    assert sorted(df.collect()) == sorted(star.sql(query.format(fact="store_sales_native",
+                                                                whole="store_sales_native")).collect())
+
+
 @pytest.mark.parametrize("keys", [
     "CAST(d_date_sk AS INT) AS d_date_sk",  # held in the driver, its keys taken there
     "d_date_sk",  # a bigint key for an int partition column: its keys in the int range taken there
