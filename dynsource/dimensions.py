@@ -9,9 +9,9 @@ answer cannot differ (plain key columns of the fact's types): one job in all.
 More rows go to a local checkpoint the keys are then collected from by a second
 job. Those jobs are bound by their scheduling latency rather than by the cores,
 so all the prunings of a query are submitted at once to a few threads and Spark
-runs their jobs side by side. Prunings whose dimension rows are the same text share one snapshot
-(TPC-DS q88's eight subqueries repeat two of their three dimensions), and
-those with the same keys as well share one collection.
+runs their jobs side by side. Prunings whose dimension rows are the same text
+share one snapshot (TPC-DS q88's eight subqueries repeat two of their three
+dimensions), and those with the same keys as well share one collection.
 
 Like Trino and Flink, which wait a bounded time for a dynamic filter and then
 scan without it, collecting has a budget: the session setting
