@@ -133,20 +133,22 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
                 collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
             else:
                 collections.decline(pruning, why)
+        statics = {scan: _static_filter(scan, facts) for scan in by_scan}
         if prepare:
-            _prepare_unpruned(spark, by_scan, facts, result)
-        _plan_reads(by_scan, facts, collections, result, fallback_filter_ratio)
+            _prepare_unpruned(spark, by_scan, statics, result)
+        _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
 
 def _prepare_unpruned(spark: SparkSession, by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]],
-                      facts: _Facts, result: Plan) -> None:
-    """Read each scan that no dimension prunes into ``result.prepared`` (its listing overlaps the collections)."""
+                      statics: Mapping[starjoin.FactScan, str | None], result: Plan) -> None:
+    """Read each scan that no dimension prunes, with its ``statics`` partitionFilter, into ``result.prepared`` (its
+    listing overlaps the collections)."""
     for scan, prunings in by_scan.items():
         if not prunings:
-            static = _static_filter(scan, facts)
+            static = statics[scan]
             try:
                 df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
                                         scan.columns)
@@ -163,12 +165,14 @@ def _static_filter(scan: starjoin.FactScan, facts: _Facts) -> str | None:
     return _partition_filter(scan, definition, columns, facts.survey(scan.table).columns)
 
 
-def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]], facts: _Facts,
-                collections: dimensions.Dimensions, result: Plan, ratio: float) -> None:
-    """Each scan's read options (its filters worth applying, its partition predicates) and report, into ``result``."""
+def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]],
+                statics: Mapping[starjoin.FactScan, str | None], facts: _Facts, collections: dimensions.Dimensions,
+                result: Plan, ratio: float) -> None:
+    """Each scan's read options (its filters worth applying, its ``statics`` partitionFilter) and report, into
+    ``result``."""
     for scan, prunings in by_scan.items():
         shape = facts.survey(scan.table) if prunings else None
-        static = _static_filter(scan, facts)
+        static = statics[scan]
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
             assignment, notes = _assign(scan, prunings, shape, collections, result, ratio)

@@ -197,7 +197,6 @@ def exact_in_driver(rows: pa.Table, column_types: Mapping[str, str], keys: Keys,
     """
     keys = key_pairs(keys)
     fields, fits = [], []
-    table = rows.select(list(keys.values())).rename_columns(list(keys))
     for field, column in keys.items():
         try:
             fact_type, column_type = normalize_type(types[field]), normalize_type(column_types[column])
@@ -206,14 +205,15 @@ def exact_in_driver(rows: pa.Table, column_types: Mapping[str, str], keys: Keys,
         if fact_type != column_type:
             if fact_type not in INTEGRAL or column_type not in INTEGRAL:
                 return None
-            bounds, values = np.iinfo(arrow_type(fact_type).to_pandas_dtype()), table[field]
+            bounds, values = np.iinfo(arrow_type(fact_type).to_pandas_dtype()), rows[column]
             inside = pc.and_(pc.greater_equal(values, int(bounds.min)), pc.less_equal(values, int(bounds.max)))
             fits.append(pc.fill_null(inside, True))  # a null key fits: it stays null
         elif fact_type in ("float", "double"):
             return None
         fields.append((field, fact_type))
     if not null_safe:
-        fits += [pc.is_valid(table[field]) for field in keys]
+        fits += [pc.is_valid(rows[column]) for column in keys.values()]
+    table = rows.select(list(keys.values())).rename_columns(list(keys))
     if fits:
         table = table.filter(functools.reduce(pc.and_, fits))
     table = _arrow_distinct(table)

@@ -167,16 +167,16 @@ class Dimensions:
         """``pruning``'s dimension rows as a snapshot, or why they are not used."""
         text = self._reading(pruning.pin.rows_sql)
         rows = self._frames.sql(self._spark, text)
-        reads_tables = text != pruning.pin.rows_sql
-        held = rows.limit(SMALL_RELATION_ROWS + 1).toArrow() if _travels_as_arrow(rows.schema) else None
+        reads_tables, schema = text != pruning.pin.rows_sql, rows.schema  # a schema is a JVM round trip each time
+        held = rows.limit(SMALL_RELATION_ROWS + 1).toArrow() if _travels_as_arrow(schema) else None
         if not pruning.selective:
             count = held.num_rows if held is not None else rows.limit(SMALL_RELATION_ROWS + 1).count()
             if count > SMALL_RELATION_ROWS:
                 return _Snapshot(None, f"the dimension has no selective predicate and more than {SMALL_RELATION_ROWS} "
                                        "rows (not a small relation)")
         if held is not None and held.num_rows <= SMALL_RELATION_ROWS and held.nbytes <= LOCAL_SNAPSHOT_BYTES:
-            local = self._spark.createDataFrame(held, schema=rows.schema)
-            types = {f.name: f.dataType.simpleString() for f in rows.schema.fields}
+            local = self._spark.createDataFrame(held, schema=schema)
+            types = {f.name: f.dataType.simpleString() for f in schema.fields}
             return _Snapshot(self._frames.add("pinned", local), reads_tables=reads_tables, rows=held, types=types)
         return _Snapshot(self._frames.add("pinned", rows.localCheckpoint()), reads_tables=reads_tables)
 
