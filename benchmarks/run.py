@@ -185,27 +185,42 @@ def dynsource_dpp(bench: Bench, query: Query) -> Measurement:
     return _dynsource_measurement(bench, started, handle, result, phases)
 
 
-def _dynsource_sql(python_reader: bool) -> Callable[[Bench, Query], Measurement]:
+def _dynsource_sql(python_reader: bool, pruning: str = "auto") -> Callable[[Bench, Query], Measurement]:
     def run(bench: Bench, query: Query) -> Measurement:
-        return dynsource_sql(bench, query, bench.table_python if python_reader else bench.table)
+        return dynsource_sql(bench, query, bench.table_python if python_reader else bench.table, pruning)
 
-    run.__doc__ = f"dynsource.sql, the kept files read by {'dynsource' if python_reader else 'Spark'}'s reader"
+    run.__doc__ = (f"dynsource.sql (spark.dynsource.partitionPruning = {pruning}), the kept files read by "
+                   f"{'dynsource' if python_reader else 'Spark'}'s reader")
     return run
 
 
-def dynsource_sql(bench: Bench, query: Query, table: str) -> Measurement:
-    """The plain query through ``dynsource.sql``: it finds the join, collects, prunes and reads only used columns."""
+def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto") -> Measurement:
+    """The plain query through ``dynsource.sql``: it finds the join, collects (or leaves the join of a local table to
+    Spark's DPP, with ``pruning`` = ``auto``), prunes and reads only used columns."""
     import dynsource
+    from dynsource import benefit
 
     bench.spark.conf.set(DPP_CONF, "true")
-    started = time.perf_counter()
-    df = dynsource.sql(bench.spark, query.sql(table))
-    planned = time.perf_counter()
+    before = bench.spark.conf.get(benefit.PRUNING_CONF, None)
+    bench.spark.conf.set(benefit.PRUNING_CONF, pruning)
+    try:
+        started = time.perf_counter()
+        df = dynsource.sql(bench.spark, query.sql(table))
+        planned = time.perf_counter()
+    finally:
+        if before is None:
+            bench.spark.conf.unset(benefit.PRUNING_CONF)
+        else:
+            bench.spark.conf.set(benefit.PRUNING_CONF, before)
     result = _row(df)
     seconds = time.perf_counter() - started
     report = dynsource.scan_report(df)
     phases = {"collect_s": planned - started, "run_s": seconds - (planned - started)}
     scans = report.scans()
+    if scans == [None] and "left to Spark's dynamic partition pruning" in str(report):
+        metrics = native_scan_metrics(df, bench.fact)
+        return Measurement(result, seconds, metrics.get("numPartitions"), metrics.get("numFiles"),
+                           metrics.get("filesSize"), "Spark SQL metrics of the scan Spark's DPP pruned", phases)
     if scans == [None] and report.assignments[0].reason and "fallback_filter_ratio" in report.assignments[0].reason:
         # Spark's benefit check declined the filter (it keeps most partitions), as native DPP would.
         return Measurement(result, seconds, *bench.table_totals(), "every file: the benefit check declined", phases)
@@ -291,12 +306,17 @@ def native_scan_metrics(df, path: str) -> dict[str, int]:
     """
     scans = [node for node in _plan_nodes(df._jdf.queryExecution().executedPlan())
              if node.getClass().getSimpleName() == "FileSourceScanExec"
-             and _scan_root(node).rstrip("/").endswith(path.rstrip("/"))]
+             and _under(_scan_root(node), path)]
     if len(scans) != 1:
         raise RuntimeError(f"Expected one Parquet scan of '{path}' in the executed plan, found {len(scans)}.")
     metrics = scans[0].metrics()
     names = ("numFiles", "filesSize", "numPartitions")
     return {name: int(metrics.apply(name).value()) for name in names if metrics.contains(name)}
+
+
+def _under(found: str, path: str) -> bool:
+    found, path = found.rstrip("/"), os.path.abspath(path)
+    return found == path or found.startswith(path + "/")
 
 
 def _plan_nodes(node):
@@ -314,14 +334,16 @@ def _plan_nodes(node):
 
 
 def _scan_root(scan) -> str:
+    """Where a scan reads: its one root path, or the first of the files it was handed (dynsource.sql's reads)."""
     roots = scan.relation().location().rootPaths()
-    return roots.apply(0).toUri().getPath() if roots.size() == 1 else ""
+    return roots.apply(0).toUri().getPath() if roots.size() else ""
 
 
 MODES: dict[str, Callable[[Bench, Query], Measurement]] = {
     "dynsource DPP": dynsource_dpp,
     "dynsource.sql": _dynsource_sql(python_reader=False),
     "dynsource.sql python reader": _dynsource_sql(python_reader=True),
+    "dynsource.sql collect": _dynsource_sql(python_reader=False, pruning="collect"),
     "dynsource static keys": dynsource_static,
     "dynsource partitionFilter": dynsource_partition_filter,
     "dynsource no filter": dynsource_full,
@@ -444,6 +466,7 @@ def _ratios(modes: dict, matching_bytes: int) -> dict:
         "sql_over_native_dpp_warm": time_ratio("dynsource.sql", "native DPP warm"),
         "sql_over_native_dpp_cold": time_ratio("dynsource.sql", "native DPP cold"),
         "sql_python_reader_over_native_dpp_warm": time_ratio("dynsource.sql python reader", "native DPP warm"),
+        "sql_collect_over_native_dpp_warm": time_ratio("dynsource.sql collect", "native DPP warm"),
     }
 
 

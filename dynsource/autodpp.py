@@ -100,14 +100,17 @@ class Plan:
 
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
-         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0, prepare: bool = False) -> Plan:
+         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0, spark_prunes_local: bool = False,
+         prepare: bool = False) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
     Runs the dimension queries (Spark jobs), not the query itself, spending at
     most ``timeout_ms`` on them. ``frames`` are the DataFrames ``query`` names by placeholders.
     A filter on data columns only of a fact Spark's reader reads is collected when the fact is estimated at
-    ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`). With ``prepare``, the scans no
-    dimension prunes are read for :meth:`Plan.run` while the dimensions are collected.
+    ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`); with ``spark_prunes_local``, a filter on
+    partition columns only of a local fact Spark's reader reads is left to Spark (:func:`benefit.left_to_spark`).
+    With ``prepare``, the scans no dimension prunes are read for :meth:`Plan.run` while the dimensions are
+    collected.
     """
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
     resolver = names.Resolver(spark, result.frames.frames)
@@ -126,35 +129,36 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
     facts = _Facts(spark, tables, definitions)
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
+        collected = set()
         for pruning in detection.prunings:
-            why = _not_collected(facts, pruning, min_scan_bytes)
+            why = _not_collected(facts, pruning, min_scan_bytes, spark_prunes_local)
             if why is None:
                 types = tables[pruning.fact.table].columns
                 collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
+                collected.add(pruning.fact)
             else:
                 collections.decline(pruning, why)
         statics = {scan: _static_filter(scan, facts) for scan in by_scan}
         if prepare:
-            _prepare_unpruned(spark, by_scan, statics, result)
+            _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, result)
         _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
 
-def _prepare_unpruned(spark: SparkSession, by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]],
-                      statics: Mapping[starjoin.FactScan, str | None], result: Plan) -> None:
-    """Read each scan that no dimension prunes, with its ``statics`` partitionFilter, into ``result.prepared`` (its
-    listing overlaps the collections)."""
-    for scan, prunings in by_scan.items():
-        if not prunings:
-            static = statics[scan]
-            try:
-                df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
-                                        scan.columns)
-            except Exception:  # Plan.run reads it again and raises the error there, as without prepare
-                continue
-            result.prepared[scan] = result.frames.add("fact", df)
+def _prepare_uncollected(spark: SparkSession, scans: Sequence[starjoin.FactScan],
+                         statics: Mapping[starjoin.FactScan, str | None], result: Plan) -> None:
+    """Read each of ``scans``, which no collected filter prunes, with its ``statics`` partitionFilter, into
+    ``result.prepared`` (its listing overlaps the collections)."""
+    for scan in scans:
+        static = statics[scan]
+        try:
+            df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
+                                    scan.columns)
+        except Exception:  # Plan.run reads it again and raises the error there, as without prepare
+            continue
+        result.prepared[scan] = result.frames.add("fact", df)
 
 
 def _static_filter(scan: starjoin.FactScan, facts: _Facts) -> str | None:
@@ -213,11 +217,16 @@ class _Facts:
         return self._readers[table]
 
 
-def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int) -> str | None:
-    """Why ``pruning``'s keys are not worth collecting (:func:`benefit.not_worth_collecting`); None when they are."""
+def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int, spark_prunes_local: bool) -> str | None:
+    """Why ``pruning``'s keys are not collected (:func:`benefit.left_to_spark`, :func:`benefit.not_worth_collecting`);
+    None when they are."""
     if facts.reader(pruning.fact.table) != "spark":
         return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
-    return benefit.not_worth_collecting(pruning.fact_columns, facts.survey(pruning.fact.table), min_bytes)
+    survey = facts.survey(pruning.fact.table)
+    # Spark's dynamic partition pruning takes an equality (not <=>) with a dimension holding a selective predicate.
+    spark_prunes = spark_prunes_local and pruning.selective and not pruning.null_safe
+    return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
+            or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
 
 
 def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,

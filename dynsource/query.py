@@ -86,6 +86,10 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     fact is estimated at ``spark.dynsource.dataFilterMinScanBytes`` or more
     (default: Spark's runtime filter threshold,
     ``spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold``, 10 GB).
+    A filter on partition columns only of a fact Spark's file reader reads from a local
+    disk is left to Spark's own dynamic partition pruning (listing the whole table
+    there costs less than a collection) unless the session's
+    ``spark.dynsource.partitionPruning`` is ``collect`` (default ``auto``).
 
     Parameters
     ----------
@@ -112,6 +116,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     ...                         UNION ALL SELECT v FROM kv WITH ('partitionFilter' = 'k = 3')''').collect()
     [Row(v=1), Row(v=3)]
     >>> spark.createDataFrame([(3, "x"), (2, "y")], "d INT, tag STRING").createOrReplaceTempView("tags")
+    >>> spark.conf.set("spark.dynsource.partitionPruning", "collect")  # auto: Spark prunes this local table
     >>> df = dynsource.sql(spark, "SELECT v, tag FROM kv JOIN tags ON k = d WHERE tag = 'x'")
     >>> df.collect()
     [Row(v=3, tag='x')]
@@ -127,9 +132,10 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     if args or kwargs:  # the dimension queries would lose the parameters' values
         return frames.sql(spark, text, args, **kwargs)
     timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
+    spark_prunes_local = benefit.spark_prunes_local(spark)
     try:
         plan = autodpp.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes,
-                            prepare=True)
+                            spark_prunes_local=spark_prunes_local, prepare=True)
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
@@ -155,7 +161,8 @@ def explain_sql(spark: SparkSession, query: str) -> report.QueryReport:
     text, frames = _with_options_read(spark, query)
     frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
     plan = autodpp.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark),
-                        min_scan_bytes=benefit.min_scan_bytes(spark))
+                        min_scan_bytes=benefit.min_scan_bytes(spark),
+                        spark_prunes_local=benefit.spark_prunes_local(spark))
     plan.plan_scans(spark)
     return plan.report
 

@@ -262,7 +262,7 @@ class QueryReport:
                 lines.append(f"{assignment.scan}: partitionFilter {assignment.partition_filter!r}")
             if assignment.handle is None:
                 if assignment.reason is not None:
-                    lines.append(f"{assignment.scan}: not pruned dynamically ({assignment.reason})")
+                    lines.append(f"{assignment.scan}: not pruned by dynsource ({assignment.reason})")
                 continue
             read = "all columns" if assignment.columns is None else f"columns {list(assignment.columns)}"
             collected = "" if assignment.collection_ms is None else f", collected in {assignment.collection_ms} ms"

@@ -31,6 +31,9 @@ def spark(tmp_path_factory):
         # The suite's tables are tiny: collect data-column filters as for a large fact (tests of the size rule
         # set it back).
         .config("spark.dynsource.dataFilterMinScanBytes", "0")
+        # and collect partition-column filters of these local tables, which dynsource.sql leaves to Spark's own
+        # dynamic partition pruning by default (tests of that set it back).
+        .config("spark.dynsource.partitionPruning", "collect")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -8,6 +8,7 @@ so a query that read one of them would fail.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections import Counter
@@ -354,6 +355,69 @@ def test_a_bad_data_filter_size_setting_is_an_error_naming_it(star, min_scan_byt
     min_scan_bytes(value)
     with pytest.raises(ValueError, match=r"spark.dynsource.dataFilterMinScanBytes must be a size in bytes, 0 or "
                                          r"more, such as 0, 512m or 10g; got '" + value):
+        dynsource.sql(star, "SELECT count(*) FROM store_sales")
+
+
+@pytest.fixture
+def partition_pruning(star):
+    """Sets ``spark.dynsource.partitionPruning`` (the suite's session collects), restored afterwards."""
+    before = star.conf.get(benefit.PRUNING_CONF)
+    yield lambda value: star.conf.set(benefit.PRUNING_CONF, value)
+    star.conf.set(benefit.PRUNING_CONF, before)
+
+
+@pytest.mark.parametrize(("name", "jobs"), [
+    ("q7_store_star", 1),  # the store dimension's keys, on a data column, are collected: one job
+    ("in_subquery", 0), ("exists", 0), ("left_semi", 0), ("cte", 0), ("derived_table", 0)])
+def test_a_local_tables_partitions_are_left_to_sparks_dpp_by_default(star, partition_pruning, name, jobs):
+    # `store_sales` holds a damaged file in every partition of another year: the rows come back only because Spark's
+    # own dynamic partition pruning drops those partitions at run time, from the listing of all of them.
+    partition_pruning("auto")
+    made = []
+    assert _jobs_run_by(star, lambda: made.append(dynsource.sql(star, PRUNED[name].format(fact="store_sales")))) == jobs
+    (df,) = made
+    expected = sorted(star.sql(PRUNED[name].format(fact="store_sales_native")).collect(), key=repr)
+    for _ in range(2):  # the same DataFrame, two actions
+        assert sorted(df.collect(), key=repr) == expected
+    assert re.search(r"dynamicpruningexpression\((cast\()?ss_sold_date_sk",
+                     df._jdf.queryExecution().executedPlan().toString())
+    report = dynsource.scan_report(df)
+    assert LEFT_TO_SPARK.search(str(report)), str(report)
+    assert not any("ss_sold_date_sk" in (a.filter or "") for a in report.assignments), str(report)
+    # dynsource's own reader, which Spark's pruning does not reach, is pruned by dynsource's collection.
+    python = dynsource.sql(star, PRUNED[name].format(fact="store_sales_python"))
+    assert sorted(python.collect(), key=repr) == expected
+    assert any(a.handle is not None for a in dynsource.scan_report(python).assignments)
+
+
+LEFT_TO_SPARK = re.compile(
+    re.escape("ss_sold_date_sk) <- ") + r"[^:]+" + re.escape(
+        ": left to Spark's dynamic partition pruning at run time: the table is on a local disk, where listing all of "
+        "its partitions costs less than a collection (spark.dynsource.partitionPruning = auto)"))
+
+
+@pytest.mark.parametrize("name", ["small_relation", "null_safe_inner"])
+def test_a_join_sparks_dpp_does_not_prune_is_collected_by_dynsource_in_auto(star, partition_pruning, name):
+    # Spark prunes by an equality with a dimension holding a selective predicate: not by <=>, not by a small table.
+    partition_pruning("auto")
+    _, report = run(star, PRUNED[name])
+    assert report.assignments[0].handle is not None, str(report)
+
+
+def test_with_sparks_dpp_off_dynsource_collects_in_auto(star, partition_pruning):
+    partition_pruning("auto")
+    star.conf.set(benefit.SPARK_DPP_CONF, "false")
+    try:
+        _, report = run(star, PRUNED["q3"])
+    finally:
+        star.conf.unset(benefit.SPARK_DPP_CONF)
+    assert report.assignments[0].handle is not None, str(report)
+
+
+def test_a_bad_partition_pruning_setting_is_an_error_naming_it_and_its_values(star, partition_pruning):
+    partition_pruning("spark")
+    with pytest.raises(ValueError, match=r"spark.dynsource.partitionPruning must be one of auto, collect; "
+                                         r"got 'spark'"):
         dynsource.sql(star, "SELECT count(*) FROM store_sales")
 
 

@@ -116,15 +116,19 @@ def test_smoke_run_all_modes_agree_and_dpp_reads_only_matching_partitions(spark,
 
 def test_the_star_query_prunes_by_date_and_store_at_once_and_agrees_with_spark(spark, small_star):
     (query,) = [q for q in run.QUERIES if q.stores]
-    report = run.run_benchmark(spark, small_star, queries=[query], modes=["native DPP warm", "dynsource.sql"],
-                               repeat=1, warmup=False)
+    report = run.run_benchmark(spark, small_star, queries=[query],
+                               modes=["native DPP warm", "dynsource.sql collect", "dynsource.sql"], repeat=1,
+                               warmup=False)
     modes = report["queries"][query.name]["modes"]
-    assert modes["dynsource.sql"]["result"] == modes["native DPP warm"]["result"]
-    assert modes["dynsource.sql"]["result"][0] > 0 and modes["dynsource.sql"]["partitions"] == 31
+    for mode in ("dynsource.sql collect", "dynsource.sql"):
+        assert modes[mode]["result"] == modes["native DPP warm"]["result"]
+        assert modes[mode]["result"][0] > 0 and modes[mode]["partitions"] == 31, mode
     (assignment,) = dynsource.explain_sql(spark, query.sql(f"store_sales_bench_{os.getpid()}")).assignments
     # Two parts: the 31 days and the 3 stores of TN; the dynsource.sql mode records what its scan's report says.
     assert "s_store_sk" in assignment.filter and assignment.keys == 31 + 3
-    assert assignment.payload_kind == "all of 2 parts" and modes["dynsource.sql"]["filtering"]["keys"] == 34
+    assert assignment.payload_kind == "all of 2 parts" and modes["dynsource.sql collect"]["filtering"]["keys"] == 34
+    # With the default, Spark's DPP keeps the 31 days of the local table (read from its scan's metrics).
+    assert modes["dynsource.sql"]["figures_from"] == "Spark SQL metrics of the scan Spark's DPP pruned"
 
 
 def test_the_throughput_modes_agree_and_are_timed(spark, tmp_path):
