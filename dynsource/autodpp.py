@@ -24,6 +24,10 @@ another part already filters, is left out, those on the first partition column
 kept first, and the report says so.
 The query's own predicates on the fact's partition columns go to the same scan
 as its ``partitionFilter``, so they prune directories too.
+
+Not every filter is collected: one on partition columns of a local fact that
+Spark's file reader reads is left to Spark's own dynamic partition pruning, and
+one on data columns of a small such fact to the join (:mod:`dynsource.benefit`).
 """
 
 from __future__ import annotations

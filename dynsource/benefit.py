@@ -123,9 +123,10 @@ def min_scan_bytes(spark: SparkSession) -> int:
 def spark_prunes_local(spark: SparkSession) -> bool:
     """Whether :func:`left_to_spark` applies in the session: ``spark.dynsource.partitionPruning`` is ``auto`` (the
     default) and Spark's own dynamic partition pruning is on."""
-    mode = (spark.conf.get(PRUNING_CONF, None) or "auto").strip().lower()
+    text = spark.conf.get(PRUNING_CONF, None) or "auto"
+    mode = text.strip().lower()
     if mode not in PRUNING_MODES:
-        raise ValueError(f"{PRUNING_CONF} must be one of {', '.join(PRUNING_MODES)}; got {mode!r}.")
+        raise ValueError(f"{PRUNING_CONF} must be one of {', '.join(PRUNING_MODES)}; got {text!r}.")
     return mode == "auto" and (spark.conf.get(SPARK_DPP_CONF, None) or "true").strip().lower() == "true"
 
 

@@ -196,3 +196,25 @@ def test_a_data_column_filter_keeping_nearly_every_row_is_declined_and_a_selecti
                                       benefit.Candidate("days", ["day"], lambda: (days, None))], shallow, 0.5)
     # The filter on the first partition column is collected and judged first.
     assert applied.data is None and [label for label, _ in applied.declined] == ["days", "items"]
+
+
+def test_a_partition_column_filter_of_a_local_table_is_left_to_spark_and_any_other_is_not(fact):
+    import fsspec
+    import pyarrow.parquet as pq
+
+    from dynsource import benefit
+    from dynsource.options import ScanOptions
+
+    types = {"day": "int", "item": "int"}
+    local = benefit.survey(ScanOptions.parse({"path": str(fact)}), types)
+    assert benefit.left_to_spark(["DAY"], local).startswith("left to Spark's dynamic partition pruning at run time")
+    assert benefit.left_to_spark(["day", "item"], local) is None  # a data column: Spark's DPP does not prune by it
+    # Off the local disk, listing all partitions is what a collection saves: dynsource collects.
+    memory = fsspec.filesystem("memory")
+    with memory.open("/conjunction/day=1/part-0.parquet", "wb") as file:
+        pq.write_table(pa.table({"item": pa.array([1], pa.int32())}), file)
+    try:
+        remote = benefit.survey(ScanOptions.parse({"path": "memory://conjunction"}), types)
+        assert remote.columns == ("day",) and benefit.left_to_spark(["day"], remote) is None
+    finally:
+        memory.rm("/conjunction", recursive=True)
