@@ -216,21 +216,24 @@ def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto")
     seconds = time.perf_counter() - started
     report = dynsource.scan_report(df)
     phases = {"collect_s": planned - started, "run_s": seconds - (planned - started)}
-    scans = report.scans()
-    if scans == [None] and "left to Spark's dynamic partition pruning" in str(report):
+    (scan,) = report.scans()
+    filtering = {} if scan is None else {figure: getattr(scan, figure, None) for figure in FILTERING_FIGURES}
+    if scan is not None:
+        phases["planning_s"] = scan.planning_ms / 1000
+        filtering["not_applied"] = list(report.notes)
+    if "left to Spark's dynamic partition pruning" in str(report):
+        # Spark pruned the partitions at run time (a data-column filter dynsource collected may apply too).
         metrics = native_scan_metrics(df, bench.fact)
         return Measurement(result, seconds, metrics.get("numPartitions"), metrics.get("numFiles"),
-                           metrics.get("filesSize"), "Spark SQL metrics of the scan Spark's DPP pruned", phases)
-    if scans == [None] and report.assignments[0].reason and "fallback_filter_ratio" in report.assignments[0].reason:
+                           metrics.get("filesSize"), "Spark SQL metrics of the scan Spark's DPP pruned", phases,
+                           filtering)
+    if scan is None and report.assignments[0].reason and "fallback_filter_ratio" in report.assignments[0].reason:
         # Spark's benefit check declined the filter (it keeps most partitions), as native DPP would.
         return Measurement(result, seconds, *bench.table_totals(), "every file: the benefit check declined", phases)
-    (scan,) = scans
     if scan is None or not scan.filtering:
         raise RuntimeError(f"dynsource.sql did not prune: {report}")
-    phases["planning_s"] = scan.planning_ms / 1000
-    filtering = {figure: getattr(scan, figure, None) for figure in FILTERING_FIGURES}
     return Measurement(result, seconds, scan.partitions_kept, scan.files_kept, scan.bytes_kept,
-                       "dynsource scan report", phases, {**filtering, "not_applied": list(report.notes)})
+                       "dynsource scan report", phases, filtering)
 
 
 # What a dynsource.sql run's scan report says of its filter: the payload, what each read task got, what it skipped.
