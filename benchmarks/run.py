@@ -221,7 +221,7 @@ def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto")
     if scan is not None:
         phases["planning_s"] = scan.planning_ms / 1000
         filtering["not_applied"] = list(report.notes)
-    if "left to Spark's dynamic partition pruning" in str(report):
+    if benefit.LEFT_TO_SPARK in str(report):
         # Spark pruned the partitions at run time (a data-column filter dynsource collected may apply too).
         metrics = native_scan_metrics(df, bench.fact)
         return Measurement(result, seconds, metrics.get("numPartitions"), metrics.get("numFiles"),

@@ -178,6 +178,7 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
     dynsource.sql (the registered facts): the median of ``repeat`` timed runs each after an untimed one,
     interleaved, and whether their rows agree."""
     import dynsource
+    from dynsource import benefit
 
     native = lambda: comparable(spark.sql(text).collect())  # noqa: E731
     frames = {}
@@ -206,7 +207,7 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
         "spark_s": round(native_s, 3), "dynsource_s": round(ours_s, 3),
         "ratio": round(ours_s / native_s, 3) if native_s else None,
         "equal": native_error is None and our_rows == native_rows, "pruned": pruned, "filters": filters,
-        "left_to_spark": "left to Spark's dynamic partition pruning" in str(report),
+        "left_to_spark": benefit.LEFT_TO_SPARK in str(report),
         "not_applied": list(getattr(report, "notes", ())), "spark_error": native_error, "dynsource_error": our_error,
     }
 

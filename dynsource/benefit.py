@@ -56,6 +56,7 @@ SPARK_MIN_SCAN_CONF = "spark.sql.optimizer.runtime.bloomFilter.applicationSideSc
 PRUNING_CONF = "spark.dynsource.partitionPruning"
 PRUNING_MODES = ("auto", "collect")  # auto: left_to_spark decides; collect: dynsource collects wherever it pays
 SPARK_DPP_CONF = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
+LEFT_TO_SPARK = "left to Spark's dynamic partition pruning at run time"  # how reports say left_to_spark declined
 _SIZE = re.compile(r"(\d+)\s*([kmgtp]?)b?", re.IGNORECASE)
 
 
@@ -137,7 +138,7 @@ def left_to_spark(fact_columns: Sequence[str], survey: Survey) -> str | None:
         return None
     if not {column.lower() for column in fact_columns} <= {column.lower() for column in survey.first_branch.columns}:
         return None
-    return (f"left to Spark's dynamic partition pruning at run time: the table is on a local disk, where listing "
+    return (f"{LEFT_TO_SPARK}: the table is on a local disk, where listing "
             f"all of its partitions costs less than a collection ({PRUNING_CONF} = auto)")
 
 
