@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import fsspec
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.implementations.local import LocalFileSystem
 
-from dynsource import commits, partitions, storage
+from dynsource import commits, dircache, partitions, storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level, LevelFilter, PartitionTyping, PartitionValues
 
@@ -196,42 +196,20 @@ class PartitionEnumerator:
         except FileNotFoundError:
             raise FileNotFoundError(f"Option 'path': '{self.root}' does not exist.") from None
 
-    def _list(self, path: str, listing: Listing) -> tuple[list[dict], list[str], list[tuple[str, str, str]]]:
-        """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``."""
-        listing.listed_paths.append(path)
-        files, plain, kv = [], [], []
-        for entry in self._entries(path):
-            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
-            if partitions.is_hidden(name):
-                if name == commits.DIRECTORY and path == (self.base or self.root):
-                    listing.records = commits.read(self.fs, path)
-                continue
-            if entry["type"] != "directory":
-                files.append(entry)
-                continue
-            parsed = partitions.parse_directory_name(name)
-            if parsed is None:
-                plain.append(entry["name"].rstrip("/"))
-            else:
-                kv.append((entry["name"].rstrip("/"), parsed[0], parsed[1]))
-        kv.sort()
-        return files, plain, kv
-
-    def _entries(self, path: str) -> list[dict]:
-        """``fs.ls(path, detail=True)``; on a local disk by ``os.scandir``, which types entries without a stat each,
-        and stats only the visible files (Spark writes a hidden ``.crc`` beside each data file).
-
-        fsspec's local ``ls`` stats every entry: ten times slower on a table root of 100k partition directories.
+    def _list(self, path: str, listing: Listing) -> _Contents:
+        """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``; on a local disk, a
+        listing kept from an earlier walk while the directory and its files stat the same (:mod:`dynsource.dircache`).
         """
-        if not isinstance(self.fs, LocalFileSystem):
-            return self.fs.ls(path, detail=True)
-        base = path.rstrip("/")
-        with os.scandir(path) as entries:
-            return [
-                {"name": f"{base}/{entry.name}", "type": "directory"} if entry.is_dir()
-                else {"name": f"{base}/{entry.name}", "type": "file", "size": entry.stat().st_size}
-                for entry in entries if entry.is_dir() or not partitions.is_hidden(entry.name)
-            ]
+        listing.listed_paths.append(path)
+        if isinstance(self.fs, LocalFileSystem):
+            files, plain, kv, has_records = dircache.LISTINGS.get(path, _read_local)
+        else:
+            files, plain, kv, has_records = _contents(
+                (child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"]))
+                for entry in self.fs.ls(path, detail=True) for child in (entry["name"].rstrip("/"),))
+        if has_records and path == (self.base or self.root):
+            listing.records = commits.read(self.fs, path)
+        return files, plain, kv
 
     def _level_column(self, frontier, children, known: tuple[str, ...]) -> str:
         """The one column this level partitions by; any other layout is Spark's 'conflicting' error."""
@@ -247,7 +225,7 @@ class PartitionEnumerator:
             )
         for (path, _), (files, plain, kv) in zip(frontier, children, strict=True):
             if kv and (files or plain):
-                stray = (files[0]["name"] if files else plain[0])
+                stray = files[0].path if files else plain[0]
                 raise ValueError(
                     f"Conflicting directory structures detected under '{path}': '{stray}' sits beside partition "
                     f"directories like '{kv[0][0]}'. Move or delete it, or point option 'path' at a "
@@ -264,11 +242,11 @@ class PartitionEnumerator:
         """Partitions for the last level, with their frontier index; files in plain sub-directories belong to them."""
         leaves = []
         for index, ((path, values), (files, plain, _)) in enumerate(zip(frontier, children, strict=True)):
-            found = [DataFile(f["name"], int(f["size"])) for f in files]
-            for nested in each(lambda d: self._find(d, listing), plain):
-                found.extend(nested)
-            if found:
-                leaves.append((index, Partition(path, values, tuple(sorted(found, key=lambda f: f.path)))))
+            if plain:
+                nested = [file for found in each(lambda d: self._find(d, listing), plain) for file in found]
+                files = tuple(sorted((*files, *nested), key=lambda f: f.path))
+            if files:
+                leaves.append((index, Partition(path, values, files)))
         return leaves
 
     def _find(self, directory: str, listing: Listing) -> list[DataFile]:
@@ -281,6 +259,47 @@ class PartitionEnumerator:
             if info["type"] != "directory"
             and not any(partitions.is_hidden(part) for part in name[prefix:].split("/"))
         ]
+
+
+# A directory's visible files, plain sub-directories and (path, column, raw value) of its key=value ones.
+_Contents = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...]]
+_Directory = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...], bool]  # + has records
+
+
+def _contents(entries: Iterable[tuple[str, str, int | None]]) -> _Directory:
+    """A directory's :data:`_Contents` from its (name, path, size) entries (size None for a directory), and whether
+    it holds the commit records' directory."""
+    files, plain, kv, has_records = [], [], [], False
+    for name, child, size in entries:
+        if partitions.is_hidden(name):
+            has_records = has_records or name == commits.DIRECTORY
+        elif size is not None:
+            files.append(DataFile(child, size))
+        else:
+            parsed = partitions.parse_directory_name(name)
+            if parsed is None:
+                plain.append(child)
+            else:
+                kv.append((child, parsed[0], parsed[1]))
+    return tuple(sorted(files, key=lambda f: f.path)), tuple(plain), tuple(sorted(kv)), has_records
+
+
+def _read_local(path: str) -> tuple[_Directory, list[str], list[os.stat_result]]:
+    """A local directory's contents by ``os.scandir``, which types entries without a stat each; only visible files
+    are stat'ed (Spark writes a hidden ``.crc`` beside each data file). fsspec's local ``ls`` stats every entry: ten
+    times slower on a table root of 100k partition directories."""
+    base = path.rstrip("/") + "/"
+    entries, file_paths, statuses = [], [], []
+    with os.scandir(path) as scan:
+        for entry in scan:
+            if entry.is_dir():
+                entries.append((entry.name, base + entry.name, None))
+            elif not partitions.is_hidden(entry.name):
+                status = entry.stat()
+                entries.append((entry.name, base + entry.name, status.st_size))
+                file_paths.append(base + entry.name)
+                statuses.append(status)
+    return _contents(entries), file_paths, statuses
 
 
 class DynamicPartitionEnumerator:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 import threading
 import urllib.parse
 import weakref
@@ -53,7 +54,7 @@ from dynsource.scanplanner import PlannedScan, ScanPlanner
 
 # Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).
 _AUTO_FORMATS = ("parquet", "orc")
-_GLOB = set("{}[]*?\\")  # a path with these is a pattern to Spark's reader, not a name
+_GLOB = re.compile(r"[{}\[\]*?\\]")  # a path with any of these is a pattern to Spark's reader, not a name
 _PARQUET_IN_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 _DISCOVERY_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the session's threshold and restores it
@@ -108,7 +109,7 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     planned = ScanPlanner(options, table_schema).plan()
     prefix = _url_prefix(options)
     paths = [prefix + path for path in planned.file_paths]
-    patterns = [path for path in paths if _GLOB & set(path)]
+    patterns = [path for path in paths if _GLOB.search(path)]
     if patterns:
         if options.reader == "auto":
             return None
