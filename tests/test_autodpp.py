@@ -242,6 +242,20 @@ def test_a_scan_no_dimension_prunes_is_read_while_the_dimensions_are_collected(s
                                                                 whole="store_sales_native")).collect())
 
 
+def test_scans_of_one_table_with_the_same_columns_and_partition_filter_share_one_read(star):
+    # TPC-DS q9's shape: scalar subqueries over the same table, no join to prune by.
+    query = ("SELECT (SELECT count(*) FROM {t} WHERE ss_store_sk BETWEEN 1 AND 5) a, "
+             "(SELECT count(*) FROM {t} WHERE ss_store_sk BETWEEN 6 AND 10) b, "
+             "(SELECT sum(ss_store_sk) FROM {t} WHERE ss_sold_date_sk < 5) c, "
+             "(SELECT sum(ss_store_sk) FROM {t} WHERE ss_sold_date_sk < 9) d")
+    plan = autodpp.plan(star, query.format(t="store_sales_all"), prepare=True)
+    reads = [plan.prepared[scan] for scan in sorted(plan.prepared, key=lambda scan: scan.start)]
+    assert len(reads) == 4 and reads[0] == reads[1] and len({*reads[1:]}) == 3, str(plan.report)
+    df = plan.run(star)
+    for _ in range(2):
+        assert df.collect() == star.sql(query.format(t="store_sales_native")).collect()
+
+
 @pytest.mark.parametrize("keys", [
     "CAST(d_date_sk AS INT) AS d_date_sk",  # held in the driver, its keys taken there
     "d_date_sk",  # a bigint key for an int partition column: its keys in the int range taken there
