@@ -39,6 +39,16 @@ def selective_predicate(predicate: exp.Expression) -> bool:
     return not (isinstance(predicate, exp.Is) and isinstance(predicate.expression, exp.Null))
 
 
+def filters_by_subquery(predicate: exp.Expression, source: str, scope: Scope) -> bool:
+    """Whether ``predicate`` filters ``source`` alone by an uncorrelated subquery (``d.m = (SELECT ...)``,
+    ``d.k IN (SELECT ...)``): the predicate :func:`only_source` leaves out of a dimension's own ones."""
+    subqueries = list(predicate.find_all(exp.Query))
+    if not subqueries or any(correlated(subquery, scope) for subquery in subqueries):
+        return False
+    inside = {id(column) for subquery in subqueries for column in subquery.find_all(exp.Column)}
+    return {column.table for column in predicate.find_all(exp.Column) if id(column) not in inside} == {source}
+
+
 def selective(query: exp.Expression) -> bool:
     """Whether a derived dimension filters, aggregates or limits anywhere inside."""
     for select in query.find_all(exp.Select):

@@ -81,6 +81,9 @@ class Pruning:
     dimension_sql: str
     null_safe: bool
     selective: bool = True  # the dimension side holds a selective predicate; else it pays only if it is small
+    # The dimension is also filtered by a subquery, left out of ``dimension_sql`` (Spark's dynamic partition
+    # pruning counts it as selective: TPC-DS q6's ``d.d_month_seq = (SELECT ...)``).
+    filtered_by_subquery: bool = False
     pin: pins.Pin | None = field(default=None, compare=False)  # how the query reads the keys' rows from a snapshot
 
     def __str__(self) -> str:
@@ -361,7 +364,9 @@ class _Select:
         name = sqltree.shown_name(node) if isinstance(source, exp.Table) else dimension
         self.prunings.append(Pruning(fact, tuple(e.column for e in equalities), name,
                                      tuple(key.sql("spark") for key in keys), self._with_ctes(keyed),
-                                     null_safe=any(e.null_safe for e in equalities), selective=selective, pin=pin))
+                                     null_safe=any(e.null_safe for e in equalities), selective=selective, pin=pin,
+                                     filtered_by_subquery=any(sqltree.filters_by_subquery(c, dimension, self.scope)
+                                                              for c in places)))
 
     def _with_ctes(self, query: exp.Select) -> str:
         return pins.with_ctes_sql(query, self.statement.ctes)

@@ -232,3 +232,19 @@ def test_a_dimensions_keys_are_read_from_its_snapshot_without_the_predicates_it_
     (computed,) = detect("SELECT * FROM store_sales s JOIN date_dim d ON s.ss_sold_date_sk = d.d_date_sk + 1 "
                          "WHERE d.d_year = 2000", TABLES).prunings
     assert computed.pin.key_columns is None
+
+
+@pytest.mark.parametrize(("condition", "by_subquery"), [
+    ("d.d_moy = (SELECT max(d_moy) FROM date_dim WHERE d_year = 2001)", True),  # TPC-DS q6
+    ("d.d_year IN (SELECT d_year FROM date_dim WHERE d_moy = 1)", True),  # q83's shape
+    ("d.d_year IN (SELECT s_store_sk FROM store WHERE s_state = 'TN')", True),
+    ("d.d_year = (SELECT max(s.s_store_sk) FROM store s WHERE s.s_store_sk = d.d_moy)", False),  # correlated
+    ("ss_store_sk = (SELECT max(s_store_sk) FROM store)", False),  # filters the fact, not the dimension
+    ("d.d_moy IS NOT NULL", False),
+])
+def test_a_dimension_filtered_by_a_subquery_is_told_apart_from_an_unfiltered_one(condition, by_subquery):
+    query = f"SELECT * FROM store_sales JOIN date_dim d ON ss_sold_date_sk = d.d_date_sk WHERE {condition}"
+    (pruning,) = detect(query, TABLES).prunings
+    # The subquery stays out of the keys' query (its snapshot would read other tables): Spark's DPP counts it.
+    assert not pruning.selective and pruning.filtered_by_subquery is by_subquery
+    assert "SELECT" not in pruning.dimension_sql.split("FROM", 1)[1]
