@@ -12,26 +12,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
-from fsspec.implementations.local import LocalFileSystem
 
-from dynsource import commits, dircache, partitions, storage
+from dynsource import commits, directories, partitions, storage
+from dynsource.directories import DataFile
 from dynsource.filtering import DynamicFilteringData
 from dynsource.levels import Level, LevelFilter, PartitionTyping, PartitionValues
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DataFile:
-    path: str
-    size: int
 
 
 @dataclass(frozen=True)
@@ -196,17 +189,10 @@ class PartitionEnumerator:
         except FileNotFoundError:
             raise FileNotFoundError(f"Option 'path': '{self.root}' does not exist.") from None
 
-    def _list(self, path: str, listing: Listing) -> _Contents:
-        """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``; on a local disk, a
-        listing kept from an earlier walk while the directory and its files stat the same (:mod:`dynsource.dircache`).
-        """
+    def _list(self, path: str, listing: Listing) -> directories.Contents:
+        """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``."""
         listing.listed_paths.append(path)
-        if isinstance(self.fs, LocalFileSystem):
-            files, plain, kv, has_records = dircache.LISTINGS.get(path, _read_local)
-        else:
-            files, plain, kv, has_records = _contents(
-                (child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"]))
-                for entry in self.fs.ls(path, detail=True) for child in (entry["name"].rstrip("/"),))
+        files, plain, kv, has_records = directories.read(self.fs, path)
         if has_records and path == (self.base or self.root):
             listing.records = commits.read(self.fs, path)
         return files, plain, kv
@@ -259,47 +245,6 @@ class PartitionEnumerator:
             if info["type"] != "directory"
             and not any(partitions.is_hidden(part) for part in name[prefix:].split("/"))
         ]
-
-
-# A directory's visible files, plain sub-directories and (path, column, raw value) of its key=value ones.
-_Contents = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...]]
-_Directory = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...], bool]  # + has records
-
-
-def _contents(entries: Iterable[tuple[str, str, int | None]]) -> _Directory:
-    """A directory's :data:`_Contents` from its (name, path, size) entries (size None for a directory), and whether
-    it holds the commit records' directory."""
-    files, plain, kv, has_records = [], [], [], False
-    for name, child, size in entries:
-        if partitions.is_hidden(name):
-            has_records = has_records or name == commits.DIRECTORY
-        elif size is not None:
-            files.append(DataFile(child, size))
-        else:
-            parsed = partitions.parse_directory_name(name)
-            if parsed is None:
-                plain.append(child)
-            else:
-                kv.append((child, parsed[0], parsed[1]))
-    return tuple(sorted(files, key=lambda f: f.path)), tuple(plain), tuple(sorted(kv)), has_records
-
-
-def _read_local(path: str) -> tuple[_Directory, list[str], list[os.stat_result]]:
-    """A local directory's contents by ``os.scandir``, which types entries without a stat each; only visible files
-    are stat'ed (Spark writes a hidden ``.crc`` beside each data file). fsspec's local ``ls`` stats every entry: ten
-    times slower on a table root of 100k partition directories."""
-    base = path.rstrip("/") + "/"
-    entries, file_paths, statuses = [], [], []
-    with os.scandir(path) as scan:
-        for entry in scan:
-            if entry.is_dir():
-                entries.append((entry.name, base + entry.name, None))
-            elif not partitions.is_hidden(entry.name):
-                status = entry.stat()
-                entries.append((entry.name, base + entry.name, status.st_size))
-                file_paths.append(base + entry.name)
-                statuses.append(status)
-    return _contents(entries), file_paths, statuses
 
 
 class DynamicPartitionEnumerator:

@@ -9,7 +9,7 @@ import time
 import fsspec
 import pytest
 
-from dynsource import dircache
+from dynsource import directories
 from dynsource.enumerator import PartitionEnumerator
 
 
@@ -27,7 +27,7 @@ def walk(root) -> dict[tuple[str, ...], list[tuple[str, int]]]:
 def settled(monkeypatch, tmp_path):
     """A table of three partitions, each file with a hidden ``.crc`` beside it, and listings kept at once: the
     test's changes come at least 50 ms after the table was written, past any filesystem clock's tick."""
-    monkeypatch.setattr(dircache, "LISTINGS", dircache.DirectoryListings(settle_ns=0))
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))
     for day in (1, 2, 3):
         write(tmp_path / f"day={day}" / "part-0.parquet")
         write(tmp_path / f"day={day}" / ".part-0.parquet.crc")
@@ -37,9 +37,9 @@ def settled(monkeypatch, tmp_path):
 
 def test_a_settled_table_is_walked_from_kept_listings(settled):
     first = walk(settled)
-    before = dircache.LISTINGS.reused
+    before = directories.LISTINGS.reused
     assert walk(settled) == first == {(str(d),): [("part-0.parquet", 10)] for d in (1, 2, 3)}
-    assert dircache.LISTINGS.reused - before == 4  # the root and its three partitions
+    assert directories.LISTINGS.reused - before == 4  # the root and its three partitions
 
 
 def test_files_added_removed_or_rewritten_in_place_are_seen(settled):
@@ -48,10 +48,10 @@ def test_files_added_removed_or_rewritten_in_place_are_seen(settled):
     (settled / "day=2" / "part-0.parquet").unlink()
     with open(settled / "day=3" / "part-0.parquet", "r+b") as rewritten:  # same name, same size, new bytes
         rewritten.write(b"z")
-    before = dircache.LISTINGS.reused
+    before = directories.LISTINGS.reused
     assert walk(settled) == {("1",): [("part-0.parquet", 10), ("part-1.parquet", 7)],
                              ("3",): [("part-0.parquet", 10)]}
-    assert dircache.LISTINGS.reused - before == 1  # the root alone: none of its entries was added or removed
+    assert directories.LISTINGS.reused - before == 1  # the root alone: none of its entries was added or removed
 
 
 def test_partitions_added_replaced_or_removed_are_seen(settled):
@@ -68,16 +68,16 @@ def test_partitions_added_replaced_or_removed_are_seen(settled):
 
 
 def test_a_directory_changed_within_the_settle_time_is_listed_at_each_walk(tmp_path, monkeypatch):
-    monkeypatch.setattr(dircache, "LISTINGS", dircache.DirectoryListings())
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings())
     write(tmp_path / "day=1" / "part-0.parquet")
     walk(tmp_path)
     walk(tmp_path)
-    assert dircache.LISTINGS.reused == 0
+    assert directories.LISTINGS.reused == 0
 
 
 def test_the_least_recently_used_listings_are_dropped_past_the_bound(settled, monkeypatch):
-    monkeypatch.setattr(dircache, "LISTINGS", dircache.DirectoryListings(settle_ns=0, kept=2))
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0, kept=2))
     walk(settled)
     walk(settled)
-    assert dircache.LISTINGS.reused == 0  # the walk's four directories never fit in two: each pushed one out
-    assert len(dircache.LISTINGS) == 2
+    assert directories.LISTINGS.reused == 0  # the walk's four directories never fit in two: each pushed one out
+    assert len(directories.LISTINGS) == 2

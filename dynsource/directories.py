@@ -1,21 +1,29 @@
-"""Local directory listings kept between walks, each reused while its directory and files stat the same.
+"""One directory of a table: what it holds, as a walk sees it, and on a local disk kept between walks.
+
+:func:`read` returns a directory's visible data files, its plain
+sub-directories and its ``key=value`` ones (hidden names skipped as Spark skips
+them), from any fsspec filesystem. On a local disk it reads by ``os.scandir``,
+which types entries without a ``stat`` each, and stats only the visible files
+(Spark writes a hidden ``.crc`` beside each data file); fsspec's local ``ls``
+stats every entry, ten times slower on a table root of 100k partition
+directories.
 
 A warm session walks a table at every query, so that files written since are
 read. On a local disk, reading a directory again costs a ``scandir`` and Python
 work on each entry; checking that nothing changed costs a ``stat`` of the
 directory (an entry added, removed or renamed changes its mtime and ctime) and
 of each data file it held (a file rewritten in place changes its size, mtime
-or ctime, not its directory's; one replaced by a rename has another inode). On
-TPC-DS ``store_sales`` (1,823 partition directories, 3,227 files) that is a
-third of the walk.
+or ctime, not its directory's; one replaced by a rename has another inode). So
+:data:`LISTINGS` keeps each local directory's contents and serves them while
+those stamps hold. On TPC-DS ``store_sales`` (1,823 partition directories,
+3,227 files) a walk takes 21 ms instead of 38 ms.
 
 A change within the same tick of the filesystem's clock as the listing would
 leave every time stamp as it was, so a directory is kept only when neither it
 nor any of its files changed within ``settle_ns`` before it was listed (git's
 rule for "racily clean" entries); a freshly written directory is listed again
 at each walk until it has settled. ctime, unlike mtime, cannot be set back by a
-tool that preserves times (``rsync -t``, ``touch -d``).
-"""
+tool that preserves times (``rsync -t``, ``touch -d``)."""
 
 from __future__ import annotations
 
@@ -23,14 +31,73 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from dynsource import commits, partitions
 
 SETTLE_NS = 2_000_000_000
 KEPT = 100_000  # directories, the least recently used dropped first
 
 Read = Callable[[str], tuple[Any, Sequence[str], Sequence[os.stat_result]]]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str
+    size: int
+
+
+# A directory's visible files (by path), plain sub-directories and (path, column, raw value) of its key=value ones.
+Contents = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...]]
+Directory = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...], bool]  # + has records
+
+
+def read(fs: fsspec.AbstractFileSystem, path: str) -> Directory:
+    """The :data:`Contents` of directory ``path``, and whether it holds the commit records' directory; on a local
+    disk, those kept from an earlier walk while the directory and its files stat the same."""
+    if isinstance(fs, LocalFileSystem):
+        return LISTINGS.get(path, _read_local)
+    return _directory(
+        (child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"]))
+        for entry in fs.ls(path, detail=True) for child in (entry["name"].rstrip("/"),))
+
+
+def _directory(entries: Iterable[tuple[str, str, int | None]]) -> Directory:
+    """A :data:`Directory` from its (name, path, size) entries, size None for a sub-directory."""
+    files, plain, kv, has_records = [], [], [], False
+    for name, child, size in entries:
+        if partitions.is_hidden(name):
+            has_records = has_records or name == commits.DIRECTORY
+        elif size is not None:
+            files.append(DataFile(child, size))
+        else:
+            parsed = partitions.parse_directory_name(name)
+            if parsed is None:
+                plain.append(child)
+            else:
+                kv.append((child, parsed[0], parsed[1]))
+    return tuple(sorted(files, key=lambda f: f.path)), tuple(plain), tuple(sorted(kv)), has_records
+
+
+def _read_local(path: str) -> tuple[Directory, list[str], list[os.stat_result]]:
+    """A local directory read by ``os.scandir``, with its visible files' paths and the status each was read with."""
+    base = path.rstrip("/") + "/"
+    entries, file_paths, statuses = [], [], []
+    with os.scandir(path) as scan:
+        for entry in scan:
+            if entry.is_dir():
+                entries.append((entry.name, base + entry.name, None))
+            elif not partitions.is_hidden(entry.name):
+                status = entry.stat()
+                entries.append((entry.name, base + entry.name, status.st_size))
+                file_paths.append(base + entry.name)
+                statuses.append(status)
+    return _directory(entries), file_paths, statuses
 
 
 @dataclass(frozen=True)
