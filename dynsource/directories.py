@@ -31,9 +31,8 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -42,8 +41,6 @@ from dynsource import commits, partitions
 
 SETTLE_NS = 2_000_000_000
 KEPT = 100_000  # directories, the least recently used dropped first
-
-Read = Callable[[str], tuple[Any, Sequence[str], Sequence[os.stat_result]]]
 
 
 @dataclass(frozen=True)
@@ -61,10 +58,12 @@ def read(fs: fsspec.AbstractFileSystem, path: str) -> Directory:
     """The :data:`Contents` of directory ``path``, and whether it holds the commit records' directory; on a local
     disk, those kept from an earlier walk while the directory and its files stat the same."""
     if isinstance(fs, LocalFileSystem):
-        return LISTINGS.get(path, _read_local)
-    return _directory(
-        (child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"]))
-        for entry in fs.ls(path, detail=True) for child in (entry["name"].rstrip("/"),))
+        return LISTINGS.get(path)
+    entries = []
+    for entry in fs.ls(path, detail=True):
+        child = entry["name"].rstrip("/")
+        entries.append((child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"])))
+    return _directory(entries)
 
 
 def _directory(entries: Iterable[tuple[str, str, int | None]]) -> Directory:
@@ -85,7 +84,8 @@ def _directory(entries: Iterable[tuple[str, str, int | None]]) -> Directory:
 
 
 def _read_local(path: str) -> tuple[Directory, list[str], list[os.stat_result]]:
-    """A local directory read by ``os.scandir``, with its visible files' paths and the status each was read with."""
+    """A local directory read by ``os.scandir``, with its visible files' paths and the status each was read with
+    (a file's size in the contents and its stamp come from one ``stat``)."""
     base = path.rstrip("/") + "/"
     entries, file_paths, statuses = [], [], []
     with os.scandir(path) as scan:
@@ -105,7 +105,7 @@ class _Kept:
     stamp: tuple[int, ...]
     file_paths: tuple[str, ...]
     file_stamps: tuple[tuple[int, ...], ...]
-    contents: Any
+    contents: Directory
 
 
 def stamp(status: os.stat_result) -> tuple[int, ...]:
@@ -126,12 +126,8 @@ class DirectoryListings:
     def __len__(self) -> int:
         return len(self._listings)
 
-    def get(self, path: str, read: Read) -> Any:
-        """``read(path)``'s contents, or the kept ones while ``path`` and the files ``read`` named stat the same.
-
-        ``read`` returns the directory's contents, the paths of the files whose change must be seen, and the
-        status each was read with (a file's size in the contents and its stamp come from one ``stat``).
-        """
+    def get(self, path: str) -> Directory:
+        """Local directory ``path`` read by ``os.scandir``, or as kept while it and its data files stat the same."""
         with self._lock:
             kept = self._listings.get(path)
         if kept is not None and self._unchanged(path, kept):
@@ -141,7 +137,7 @@ class DirectoryListings:
             return kept.contents
         listed_at = time.time_ns()
         directory = stamp(os.stat(path))  # before reading: a change while it is read shows at the next walk
-        contents, file_paths, file_statuses = read(path)
+        contents, file_paths, file_statuses = _read_local(path)
         file_stamps = tuple(stamp(status) for status in file_statuses)
         settled = listed_at - self.settle_ns
         with self._lock:
