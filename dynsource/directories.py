@@ -31,7 +31,7 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import fsspec
@@ -64,6 +64,14 @@ def read(fs: fsspec.AbstractFileSystem, path: str) -> Directory:
         child = entry["name"].rstrip("/")
         entries.append((child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"])))
     return _directory(entries)
+
+
+def read_alike(fs: fsspec.AbstractFileSystem, read: Sequence[tuple[str, Directory]]) -> bool:
+    """Whether each directory of ``read`` (a walk's, with what it held) would be read now as it was then.
+
+    Only on a local disk, and only when each is still kept as the very listing read then, and it and its data
+    files stat the same (a directory not settled then was not kept, so it never passes)."""
+    return bool(read) and isinstance(fs, LocalFileSystem) and LISTINGS.hold(read)
 
 
 def _directory(entries: Iterable[tuple[str, str, int | None]]) -> Directory:
@@ -149,6 +157,13 @@ class DirectoryListings:
             else:
                 self._listings.pop(path, None)
         return contents
+
+    def hold(self, read: Sequence[tuple[str, Directory]]) -> bool:
+        """Whether each (path, contents) of ``read`` is kept as those very contents, its stamps holding."""
+        with self._lock:
+            kept = [self._listings.get(path) for path, _ in read]
+        return all(entry is not None and entry.contents is held and self._unchanged(path, entry)
+                   for (path, held), entry in zip(read, kept, strict=True))
 
     @staticmethod
     def _unchanged(path: str, kept: _Kept) -> bool:

@@ -44,6 +44,8 @@ class Listing:
     partitions: list[Partition]
     pruned: dict[str, int] = field(default_factory=dict)  # directories pruned at each partition column's level
     listed_paths: list[str] = field(default_factory=list)
+    # Each directory read through dynsource.directories, with what it held (a plain sub-directory's search is not).
+    read: list[tuple[str, directories.Directory]] = field(default_factory=list)
     values: PartitionValues | None = None  # the partitions', when the walk typed them
     # Why a dynamic filter stopped pruning (below a level, or whole when ``filter_dropped``), if it did.
     filter_set_aside: str | None = None
@@ -192,7 +194,9 @@ class PartitionEnumerator:
     def _list(self, path: str, listing: Listing) -> directories.Contents:
         """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``."""
         listing.listed_paths.append(path)
-        files, plain, kv, has_records = directories.read(self.fs, path)
+        directory = directories.read(self.fs, path)
+        listing.read.append((path, directory))
+        files, plain, kv, has_records = directory
         if has_records and path == (self.base or self.root):
             listing.records = commits.read(self.fs, path)
         return files, plain, kv

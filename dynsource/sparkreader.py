@@ -28,7 +28,9 @@ twenty times a lookup by the driver (8 s against 0.4 s for 3,227 files on two
 cores), so there the driver looks them up, as the planner's walk just did. A warm session reuses a DataFrame
 whose files Spark has listed; so does :func:`read`: the DataFrame of the same
 kept files (every path and size equal, so an added, removed or rewritten file
-makes a new one) and read settings is reused, the newest ``LISTED_KEPT`` of a session.
+makes a new one) and read settings is reused, the newest ``LISTED_KEPT`` of a session. A plan the planner
+gives again (its walk would read alike) is read again as the same DataFrame, columns selected, with no work
+on its files.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from dynsource import deployment, figures, files, scanplanner, storage
+from dynsource.enumerator import Listing
 from dynsource.filtering import DynamicFilteringData
 from dynsource.options import ScanOptions
 from dynsource.scanned import Reader
@@ -61,6 +64,9 @@ _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the sessio
 LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
     weakref.WeakKeyDictionary())
+_READ_AGAIN: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, tuple[Listing, DataFrame]]] = (
+    weakref.WeakKeyDictionary())
+_READ_AGAIN_LOCK = threading.Lock()  # dimensions are collected, and the tables they read read, on several threads
 _OPENED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see _hadoop_opens
 
 
@@ -107,16 +113,23 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     """The scan's rows read by Spark's file reader, only ``columns`` (None: all); None when a kept file's path
     is a pattern to Spark (``*``, ``[``...) and ``reader`` is ``auto``."""
     planned = ScanPlanner(options, table_schema).plan()
-    prefix = _url_prefix(options)
-    paths = [prefix + path for path in planned.file_paths]
-    patterns = [path for path in paths if _GLOB.search(path)]
-    if patterns:
-        if options.reader == "auto":
-            return None
-        raise ValueError(f"Option 'reader' = 'spark' cannot read data file '{patterns[0]}': Spark's reader takes "
-                         "a path with any of {}[]*?\\ as a pattern. Use reader 'python' or 'auto' for this table.")
+    # A plan given again shares its listing: keyed by the listing's id, held (and compared) so the id stays its.
+    again = (id(planned.listing), options, table_schema.json(), None if columns is None else tuple(columns))
+    with _READ_AGAIN_LOCK:
+        kept = _READ_AGAIN.setdefault(spark, collections.OrderedDict()).get(again)
+    if kept is None or kept[0] is not planned.listing:
+        kept, paths = None, [_url_prefix(options) + path for path in planned.file_paths]
+        patterns = [path for path in paths if _GLOB.search(path)]
+        if patterns:
+            if options.reader == "auto":
+                return None
+            raise ValueError(f"Option 'reader' = 'spark' cannot read data file '{patterns[0]}': Spark's reader "
+                             "takes a path with any of {}[]*?\\ as a pattern. Use reader 'python' or 'auto' for "
+                             "this table.")
     scanplanner.record(planned, input_partitions=None, task_figures=figures.PLANNED_ONLY, reader=scan_reader,
                        read_by="spark")
+    if kept is not None:
+        return kept[1]
     if not paths:
         return spark.createDataFrame([], _projected(table_schema, columns))
     df = _listed(spark, options, table_schema, paths, [f.size for p in planned.listing.partitions for f in p.files])
@@ -124,7 +137,15 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     if predicate is not None:
         df = df.where(predicate)
     # Spark puts partition columns after the data columns; the table's schema may order them otherwise.
-    return df.select(*_quoted(_projected(table_schema, columns).names, df))
+    df = df.select(*_quoted(_projected(table_schema, columns).names, df))
+    if planned.dynamic:
+        return df  # the planner plans a dynamic filter's scan anew each time
+    with _READ_AGAIN_LOCK:
+        frames = _READ_AGAIN.setdefault(spark, collections.OrderedDict())
+        frames[again] = (planned.listing, df)
+        while len(frames) > LISTED_KEPT:
+            frames.popitem(last=False)
+    return df
 
 
 def _listed(spark: SparkSession, options: ScanOptions, table_schema: StructType, paths: list[str],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import time
 
 import fsspec
 import pyarrow as pa
@@ -10,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import sparkreader
+from dynsource import directories, sparkreader
 from dynsource.options import ScanOptions
 from tests.helpers import read, read_by_spark, rows
 
@@ -169,3 +171,32 @@ def test_a_local_tables_files_are_looked_up_by_the_driver_and_the_sessions_thres
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         spark.conf.set(threshold, before)
     assert rows(df) == rows(spark.read.parquet(root).select(*df.columns))
+
+
+def test_a_plan_given_again_is_read_as_the_same_dataframe_until_the_table_changes(spark, tmp_path, monkeypatch,
+                                                                                  definitions):
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))  # kept at once
+    root = write_sales(tmp_path / "sales")
+    time.sleep(0.05)  # past any filesystem clock's tick
+    first = read_by_spark(spark, root)
+    assert read_by_spark(spark, root) is first
+    dynsource.register_table(spark, "reader_again", path=root, definitions=definitions)
+    query = "SELECT day, region, sum(amount) AS total, count(*) AS n FROM {t} GROUP BY day, region"
+    try:
+        for change in (None, "add a partition", "rewrite a file in place"):
+            if change == "add a partition":
+                os.makedirs(f"{root}/day=2024-01-04/region=west")
+                pq.write_table(pa.table({"amount": [7.5], "item": pa.array([4], pa.int32())}),
+                               f"{root}/day=2024-01-04/region=west/part-0.parquet")
+            elif change == "rewrite a file in place":
+                leaf = f"{root}/day=2024-01-03/region=east"
+                pq.write_table(pa.table({"amount": [8.5, 9.5], "item": pa.array([5, 6], pa.int32())}),
+                               f"{leaf}/{os.listdir(leaf)[0]}")
+            spark.read.parquet(root).createOrReplaceTempView("reader_again_native")
+            for _ in range(2):  # the second query reads the plan given again
+                assert rows(dynsource.sql(spark, query.format(t="reader_again"))) == rows(
+                    spark.sql(query.format(t="reader_again_native"))), change
+            time.sleep(0.05)
+        assert rows(first) != rows(read_by_spark(spark, root))
+    finally:
+        dynsource.drop_table(spark, "reader_again", definitions=definitions)
