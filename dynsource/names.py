@@ -15,16 +15,19 @@ another source with the same name is read as Spark reads it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from dynsource import catalog, metastore
+from dynsource import catalog, deployment, metastore
 from dynsource.sqltree import TEMPORARY
 
 
@@ -67,6 +70,11 @@ class Resolver:
     def _lookup(self, parts: tuple[str, ...]) -> Relation | None:
         if len(parts) == 1 and parts[0] in self.frames:
             return Relation(TEMPORARY, parts[0], self.frames[parts[0]].schema)
+        if len(parts) == 1 and self._session_catalog is not None:
+            try:
+                return self._one_part(parts[0])
+            except Py4JError:
+                self.__dict__["_session_catalog"] = None  # an internal API this Spark version lacks: ask as below
         try:  # Spark's own lookup: which qualifiers name a temporary view differs between Spark versions
             table = self.spark.catalog.getTable(_quoted(*parts))
         except AnalysisException:
@@ -77,6 +85,25 @@ class Resolver:
         if table.catalog != "spark_catalog" or len(table.namespace or []) != 1:
             return None
         return self._catalog_relation(table.namespace[0].lower(), table.name.lower())
+
+    @functools.cached_property
+    def _session_catalog(self) -> tuple[Any, Any] | None:
+        """A classic session's JVM session catalog and SQL parser (None over Spark Connect)."""
+        if deployment.is_connect(self.spark):
+            return None
+        state = self.spark._jsparkSession.sessionState()
+        return state.catalog(), state.sqlParser()
+
+    def _one_part(self, name: str) -> Relation | None:
+        """A one-part name as Spark resolves it: the session's temporary view, else a table or view of the current
+        database when the current catalog is the session catalog. Asked of the session catalog directly: Spark's
+        ``getTable`` analyses the name, 2-4 ms of a warm query per table."""
+        session_catalog, parser = self._session_catalog
+        if session_catalog.isTempView(parser.parseTableIdentifier(_quoted(name))):
+            return self._relation(TEMPORARY, name, _quoted(name))
+        if self.spark.catalog.currentCatalog() != "spark_catalog":
+            return None
+        return self._catalog_relation(self.spark.catalog.currentDatabase().lower(), name)
 
     def _relation(self, database: str, name: str, spark_name: str) -> Relation | None:
         try:
