@@ -74,6 +74,8 @@ class Frames:
 
 def _hold(result: DataFrame, frames: Iterable[DataFrame]) -> None:
     """Keep ``frames`` alive while ``result``'s plan is (Spark Connect: a checkpoint dies with its DataFrame)."""
-    plan = getattr(result, "_plan", None)  # a Spark Connect DataFrame's plan; classic ones keep theirs in the JVM
+    # A Spark Connect DataFrame's plan; classic ones keep theirs in the JVM. Not getattr: a classic DataFrame takes
+    # a missing attribute for a column name and asks the JVM for its columns.
+    plan = vars(result).get("_plan")
     if plan is not None:
         plan.__dict__.setdefault("_dynsource_frames", []).extend(frames)
