@@ -248,3 +248,25 @@ def test_a_dimension_filtered_by_a_subquery_is_told_apart_from_an_unfiltered_one
     # The subquery stays out of the keys' query (its snapshot would read other tables): Spark's DPP counts it.
     assert not pruning.selective and pruning.filtered_by_subquery is by_subquery
     assert "SELECT" not in pruning.dimension_sql.split("FROM", 1)[1]
+
+
+def test_a_detection_is_given_again_only_for_the_same_text_resolved_to_the_same_tables():
+    from dynsource import autodpp
+
+    query = "SELECT d_moy FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000"
+    resolved = ("default.store_sales", "default.date_dim")
+
+    def detected(tables=TABLES, text=query, database="default", references=resolved):
+        return autodpp._detect(text, tables, database, sqlglot.parse_one(text, read="spark"), references)
+
+    first = detected()
+    assert detected() is first and len(first.prunings) == 1
+    # A dimension whose key is a string now (its view replaced): detected anew, and refused.
+    retyped = {**TABLES, "default.date_dim": TableInfo({"d_date_sk": "string", "d_year": "int", "d_moy": "int"})}
+    assert detected(retyped) is not first and detected(retyped) is detected(retyped)
+    # The fact no longer a dynsource table (a temporary view shadows it): nothing to prune.
+    shadowed = {**TABLES, "default.store_sales": TableInfo(dict(TABLES["default.store_sales"].columns))}
+    assert detected(shadowed).prunings == ()
+    assert detected(database="sales") is not first
+    assert detected(text=query + " ") is not first
+    assert detected(references=("default.store_sales", None)) is not first
