@@ -16,6 +16,7 @@ another source with the same name is read as Spark reads it.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,10 +101,21 @@ class Resolver:
         ``getTable`` analyses the name, 2-4 ms of a warm query per table."""
         session_catalog, parser = self._session_catalog
         if session_catalog.isTempView(parser.parseTableIdentifier(_quoted(name))):
-            return self._relation(TEMPORARY, name, _quoted(name))
+            return self._temporary_view(name)
         if self.spark.catalog.currentCatalog() != "spark_catalog":
             return None
         return self._catalog_relation(self.spark.catalog.currentDatabase().lower(), name)
+
+    def _temporary_view(self, name: str) -> Relation | None:
+        """A temporary view of the session. One made from a DataFrame holds its analysed plan, whose schema the
+        session catalog gives without analysing the name again (0.5 ms against 4 ms); one of SQL text holds an
+        unresolved plan, read as Spark reads it."""
+        session_catalog, _ = self._session_catalog
+        try:
+            schema = StructType.fromJson(json.loads(session_catalog.getTempView(name).get().schema().json()))
+        except Py4JError:  # Spark's error for the unresolved plan of a view of SQL text
+            return self._relation(TEMPORARY, name, _quoted(name))
+        return Relation(TEMPORARY, name, schema)
 
     def _relation(self, database: str, name: str, spark_name: str) -> Relation | None:
         try:

@@ -78,6 +78,24 @@ def test_a_temporary_view_shadows_a_registered_table_of_the_same_name(spark, sal
     assert PRUNED_TO_TWO_DATES in str(dynsource.scan_report(df))
 
 
+def test_temporary_views_of_sql_text_are_read_as_spark_reads_them(spark, sales):
+    # A view of SQL text holds no analysed plan (its schema comes from Spark's analysis); a view of a DataFrame
+    # does. Both as the dimension, and as a view shadowing the registered table.
+    spark.sql("CREATE OR REPLACE TEMPORARY VIEW text_dates AS SELECT d AS day, NOT chosen AS skipped FROM dates")
+    spark.sql("CREATE OR REPLACE TEMPORARY VIEW sales AS SELECT v, region, date_key FROM default.sales "
+              "WHERE region = 'west'")
+    try:
+        query = "SELECT count(*), sum(v) FROM {t} JOIN text_dates ON date_key = day WHERE NOT skipped"
+        (shadowed,) = same_as_spark(spark, query.format(t="sales"))
+        (table,) = same_as_spark(spark, query.format(t="default.sales"))
+        assert 0 < shadowed[0] < table[0]
+        df = dynsource.sql(spark, query.format(t="default.sales"))
+        assert PRUNED_TO_TWO_DATES in str(dynsource.scan_report(df))
+    finally:
+        spark.catalog.dropTempView("sales")
+        spark.catalog.dropTempView("text_dates")
+
+
 def test_a_cte_named_like_a_table_is_the_cte(spark, sales):
     query = """WITH sales AS (SELECT d AS date_key, 7 AS v FROM dates)
                SELECT count(*), sum(v) FROM sales JOIN dates ON date_key = d WHERE chosen"""
