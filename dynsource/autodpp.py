@@ -32,11 +32,9 @@ one on data columns of a small such fact to the join (:mod:`dynsource.benefit`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +47,7 @@ from dynsource import benefit, catalog, dimensions, handles, names, pins, sparkr
 from dynsource.filtering import DynamicFilteringData
 from dynsource.filterstore import FilterStore
 from dynsource.frames import Frames
+from dynsource.kept import Kept
 from dynsource.options import filter_options
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
@@ -56,8 +55,7 @@ from dynsource.scanplanner import plan_scan
 
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256
-_detections: collections.OrderedDict[tuple, starjoin.Detection] = collections.OrderedDict()
-_detections_lock = threading.Lock()
+_detections: Kept[starjoin.Detection] = Kept(DETECTIONS_KEPT)
 
 
 @dataclass
@@ -321,16 +319,10 @@ def _detect(query: str, tables: Mapping[str, starjoin.TableInfo], database: str,
     texts again, and detection depends on nothing else (3-15 ms of a TPC-DS query's, sqlglot's qualification)."""
     key = (query, database, resolved,
            tuple((name, tuple(info.columns.items()), info.dynsource) for name, info in tables.items()))
-    with _detections_lock:
-        detection = _detections.get(key)
-        if detection is not None:
-            _detections.move_to_end(key)
-            return detection
-    detection = starjoin.detect(query, tables, database, parsed)
-    with _detections_lock:
-        _detections[key] = detection
-        while len(_detections) > DETECTIONS_KEPT:
-            _detections.popitem(last=False)
+    detection = _detections.get(key)
+    if detection is None:
+        detection = starjoin.detect(query, tables, database, parsed)
+        _detections.put(key, detection)
     return detection
 
 

@@ -16,11 +16,9 @@ about half the walk, and none of the typing, filtering and checks that follow it
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from pyspark.sql.types import StructType
 from dynsource import directories, figures, files, filterstore, report, rowfilter, splits
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
+from dynsource.kept import Kept
 from dynsource.options import ScanOptions
 from dynsource.rowfilter import RowFilterSpec
 from dynsource.scanned import Reader
@@ -44,8 +43,7 @@ _EXCEEDED_FIX = "collect it with a larger max_rows or max_bytes, or with kinds t
 # The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
 _warned_whole: set[str] = set()
 KEPT_PLANS = 64
-_kept_plans: collections.OrderedDict[tuple[ScanOptions, str], PlannedScan] = collections.OrderedDict()
-_kept_plans_lock = threading.Lock()  # dimensions are collected, and their facts planned, on several threads
+_kept_plans: Kept[PlannedScan] = Kept(KEPT_PLANS)  # by (options, schema)
 
 
 @dataclass(frozen=True)
@@ -129,17 +127,12 @@ class ScanPlanner:
         started = time.perf_counter()
         options = self.options
         key = None if self._dynamic or options.base_path is not None else (options, self.schema.json())
-        with _kept_plans_lock:
-            kept = _kept_plans.get(key) if key else None
+        kept = _kept_plans.get(key) if key else None
         if kept is not None and directories.read_alike(self.walk[0], kept.listing.read):
             return dataclasses.replace(kept, scan_id=uuid.uuid4().hex, started=started)
         planned = self._plan(started)
         if key and self._walked_alike_later(planned.listing):
-            with _kept_plans_lock:
-                _kept_plans[key] = planned
-                _kept_plans.move_to_end(key)
-                while len(_kept_plans) > KEPT_PLANS:
-                    _kept_plans.popitem(last=False)
+            _kept_plans.put(key, planned)
         return planned
 
     @property

@@ -51,6 +51,7 @@ from pyspark.sql.types import StructType
 from dynsource import deployment, figures, files, scanplanner, storage
 from dynsource.enumerator import Listing
 from dynsource.filtering import DynamicFilteringData
+from dynsource.kept import Kept
 from dynsource.options import ScanOptions
 from dynsource.scanned import Reader
 from dynsource.scanplanner import PlannedScan, ScanPlanner
@@ -64,9 +65,7 @@ _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the sessio
 LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
     weakref.WeakKeyDictionary())
-_READ_AGAIN: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, tuple[Listing, DataFrame]]] = (
-    weakref.WeakKeyDictionary())
-_READ_AGAIN_LOCK = threading.Lock()  # dimensions are collected, and the tables they read read, on several threads
+_READ_AGAIN: weakref.WeakKeyDictionary[SparkSession, Kept[tuple[Listing, DataFrame]]] = weakref.WeakKeyDictionary()
 _OPENED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see _hadoop_opens
 
 
@@ -115,8 +114,8 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     planned = ScanPlanner(options, table_schema).plan()
     # A plan given again shares its listing: keyed by the listing's id, held (and compared) so the id stays its.
     again = (id(planned.listing), options, table_schema.json(), None if columns is None else tuple(columns))
-    with _READ_AGAIN_LOCK:
-        kept = _READ_AGAIN.setdefault(spark, collections.OrderedDict()).get(again)
+    frames = _READ_AGAIN.setdefault(spark, Kept(LISTED_KEPT))
+    kept = frames.get(again)
     if kept is None or kept[0] is not planned.listing:
         kept, paths = None, [_url_prefix(options) + path for path in planned.file_paths]
         patterns = [path for path in paths if _GLOB.search(path)]
@@ -140,11 +139,7 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     df = df.select(*_quoted(_projected(table_schema, columns).names, df))
     if planned.dynamic:
         return df  # the planner plans a dynamic filter's scan anew each time
-    with _READ_AGAIN_LOCK:
-        frames = _READ_AGAIN.setdefault(spark, collections.OrderedDict())
-        frames[again] = (planned.listing, df)
-        while len(frames) > LISTED_KEPT:
-            frames.popitem(last=False)
+    frames.put(again, (planned.listing, df))
     return df
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import dynsource
 from dynsource import commits, directories, scanplanner
+from dynsource.kept import Kept
 from dynsource.options import ScanOptions
 from dynsource.tableschema import infer_schema
 
@@ -27,7 +28,7 @@ def settled(monkeypatch, tmp_path):
     """A table of three day partitions, listings kept at once and plans kept afresh; the test's changes come at
     least 50 ms after the table was written, past any filesystem clock's tick."""
     monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))
-    monkeypatch.setattr(scanplanner, "_kept_plans", type(scanplanner._kept_plans)())
+    monkeypatch.setattr(scanplanner, "_kept_plans", Kept(scanplanner.KEPT_PLANS))
     for day in (1, 2, 3):
         write(tmp_path / f"day={day}" / "part-0.parquet", [day])
     time.sleep(0.05)
