@@ -45,7 +45,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, benefit, catalog, dimensions, names, report, sqltree
+from dynsource import autodpp, benefit, catalog, deployment, dimensions, names, report, sqltree
 from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
@@ -173,8 +173,7 @@ def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames]:
     frames, chosen = Frames(), []
     references = table_options(query)
     if any("'" in value for reference in references for _, value in reference.options):
-        # Spark 4.0's parser takes no quote doubled inside an option value (4.1+ does): let Spark judge the text.
-        spark.sql(query)
+        _judged_by_spark(spark, query)
     tables = _table_starts(query, references) if references else set()
     resolver = names.Resolver(spark)
     for reference in references:
@@ -183,6 +182,22 @@ def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames]:
             df = catalog.read_table(spark, relation.key, dict(reference.options))
             chosen.append((reference, frames.add("ref", df)))
     return rewrite(query, chosen), frames
+
+
+def _judged_by_spark(spark: SparkSession, query: str) -> None:
+    """Raise Spark's error for a text Spark's parser rejects: pyspark 4.0's takes no quote doubled inside an option
+    value (4.1+ does), which the rewrite would hide. A query is analysed by ``spark.sql`` (which runs nothing); any
+    other statement, which ``spark.sql`` would run (an INSERT twice, counting the rewritten one), is only parsed,
+    by the session's parser; Spark Connect gives the client no parser, so there such a statement is not judged
+    (it runs as rewritten, where pyspark 4.0's ``spark.sql`` would have rejected it)."""
+    try:
+        is_query = isinstance(sqlglot.parse_one(query, read="spark"), sqlglot.exp.Query)
+    except SqlglotError:
+        is_query = False
+    if is_query:
+        spark.sql(query)
+    elif not deployment.is_connect(spark):
+        spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
 
 
 def _table_starts(query: str, references: Sequence[TableOptions]) -> set[int]:
