@@ -71,6 +71,7 @@ class Plan:
     reads: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
     pinned: list[pins.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
     prepared: dict[starjoin.FactScan, str] = field(default_factory=dict)  # placeholders of reads made in plan()
+    is_query: bool = False  # the text is a query: spark.sql analyses it and runs nothing (not INSERT, CACHE, ...)
 
     @property
     def report(self) -> QueryReport:
@@ -123,6 +124,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     resolver = names.Resolver(spark, result.frames.frames)
     try:
         parsed = sqlglot.parse_one(query, read="spark")
+        result.is_query = isinstance(parsed, sqlglot.exp.Query)
         tables, definitions, resolved = _table_infos(parsed, resolver)
     except SqlglotError as error:
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")

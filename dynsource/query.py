@@ -45,7 +45,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, benefit, catalog, deployment, dimensions, names, report, sqltree
+from dynsource import autodpp, benefit, catalog, deployment, dimensions, names, report, scanplanner, sqltree
 from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
@@ -128,9 +128,20 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
       listings: ...
     >>> dynsource.drop_table(spark, "kv")
     """
-    text, frames = _with_options_read(spark, query)
     if args or kwargs:  # the dimension queries would lose the parameters' values
+        text, frames = _with_options_read(spark, query)
         return frames.sql(spark, text, args, **kwargs)
+    with scanplanner.checked_later() as checks:
+        df = _pruned(spark, query, checks)
+    if df is not None and checks.held():
+        return df
+    return _pruned(spark, query)  # a table changed since a plan of it was kept: planned again, each check first
+
+
+def _pruned(spark: SparkSession, query: str, checks: scanplanner.LateChecks | None = None) -> DataFrame | None:
+    """:func:`sql` of a query without parameters; with ``checks`` of plans given before their check ended, None
+    where a check failed before a statement that runs at once (an INSERT, a CACHE TABLE) would have run."""
+    text, frames = _with_options_read(spark, query)
     timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
     spark_prunes_local = benefit.spark_prunes_local(spark)
     try:
@@ -139,9 +150,13 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
+        if checks is not None and not checks.held():
+            return None
         df = frames.sql(spark, text)
         report.record_query(df, report.QueryReport((), (f"the query could not be analysed: {error}",)))
         return df
+    if checks is not None and not plan.is_query and not checks.held():
+        return None
     df = plan.run(spark)
     report.record_query(df, plan.report)
     return df

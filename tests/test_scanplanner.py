@@ -69,6 +69,24 @@ def test_files_added_removed_or_rewritten_in_place_are_planned_anew(settled):
     assert rewritten.stat().st_size != size
 
 
+def test_a_plan_given_before_its_check_ends_reports_whether_the_check_held(settled):
+    first = plan(settled)
+    with scanplanner.checked_later() as checks:
+        again = plan(settled)
+    assert again.listing is first.listing and checks.held()
+    rewritten = settled / "day=2" / "part-0.parquet"
+    write(rewritten, [1, 2, 3, 4, 5, 6, 7, 8])  # the same name, other bytes
+    with scanplanner.checked_later() as checks:
+        trusted = plan(settled)
+    assert trusted.listing is first.listing and not checks.held()  # given at once, its check failed
+    planned = plan(settled)  # what dynsource.sql does then: plan again, checking first
+    assert planned.listing is not first.listing
+    assert files(planned)["day=2/part-0.parquet"] == rewritten.stat().st_size
+    with scanplanner.checked_later() as checks:
+        assert plan(settled).listing is planned.listing
+    assert checks.held()
+
+
 def test_partitions_added_or_removed_are_planned_anew(settled):
     plan(settled)
     write(settled / "day=4" / "part-0.parquet", [4])

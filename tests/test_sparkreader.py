@@ -10,6 +10,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 import dynsource
 from dynsource import directories, sparkreader
@@ -200,3 +201,26 @@ def test_a_plan_given_again_is_read_as_the_same_dataframe_until_the_table_change
         assert rows(first) != rows(read_by_spark(spark, root))
     finally:
         dynsource.drop_table(spark, "reader_again", definitions=definitions)
+
+
+def test_a_statement_that_runs_at_once_runs_once_on_the_files_as_they_are(spark, tmp_path, monkeypatch, definitions):
+    # dynsource.sql gives a kept plan before its check ends only where what it builds can be thrown away.
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))  # kept at once
+    root = write_sales(tmp_path / "sales")
+    time.sleep(0.05)  # past any filesystem clock's tick
+    dynsource.register_table(spark, "reader_insert", path=root, definitions=definitions)
+    spark.sql("CREATE TABLE reader_totals (total DOUBLE, n BIGINT) USING parquet")
+    insert = ("INSERT INTO reader_totals SELECT sum(amount), count(*) "
+              "FROM reader_insert WITH ('partitionFilter' = 'day IS NOT NULL')")  # a reference read by dynsource
+    try:
+        dynsource.sql(spark, insert)
+        leaf = f"{root}/day=2024-01-03/region=east"
+        pq.write_table(pa.table({"amount": [8.5, 9.5], "item": pa.array([5, 6], pa.int32())}),
+                       f"{leaf}/{os.listdir(leaf)[0]}")
+        dynsource.sql(spark, insert)  # the kept plan's check fails: planned again before the INSERT runs
+        native = spark.read.parquet(root).agg(F.sum("amount"), F.count("*")).first()
+        inserted = rows(spark.table("reader_totals"))
+        assert len(inserted) == 2 and tuple(native) in inserted
+    finally:
+        spark.sql("DROP TABLE IF EXISTS reader_totals")
+        dynsource.drop_table(spark, "reader_insert", definitions=definitions)
