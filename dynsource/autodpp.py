@@ -124,7 +124,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     resolver = names.Resolver(spark, result.frames.frames)
     try:
         parsed = sqlglot.parse_one(query, read="spark")
-        result.is_query = isinstance(parsed, sqlglot.exp.Query)
+        result.is_query = sqltree.is_query(parsed)
         tables, definitions, resolved = _table_infos(parsed, resolver)
     except SqlglotError as error:
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -21,6 +21,11 @@ class Kept(Generic[V]):
         self.bound = bound
         self._values: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
         self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[Hashable]:
+        """The keys, least recently used first, as they were when asked."""
+        with self._lock:
+            return iter(list(self._values))
 
     def get(self, key: Hashable) -> V | None:
         with self._lock:

@@ -150,15 +150,12 @@ def _pruned(spark: SparkSession, query: str, checks: scanplanner.LateChecks | No
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
-        if checks is not None and not checks.held():
-            return None
-        df = frames.sql(spark, text)
-        report.record_query(df, report.QueryReport((), (f"the query could not be analysed: {error}",)))
-        return df
-    if checks is not None and not plan.is_query and not checks.held():
+        plan, unanalysed = None, report.QueryReport((), (f"the query could not be analysed: {error}",))
+    # spark.sql runs any other statement at once: it must not run on a plan whose check then fails.
+    if checks is not None and (plan is None or not plan.is_query) and not checks.held():
         return None
-    df = plan.run(spark)
-    report.record_query(df, plan.report)
+    df = frames.sql(spark, text) if plan is None else plan.run(spark)
+    report.record_query(df, unanalysed if plan is None else plan.report)
     return df
 
 
@@ -206,7 +203,7 @@ def _judged_by_spark(spark: SparkSession, query: str) -> None:
     by the session's parser; Spark Connect gives the client no parser, so there such a statement is not judged
     (it runs as rewritten, where pyspark 4.0's ``spark.sql`` would have rejected it)."""
     try:
-        is_query = isinstance(sqlglot.parse_one(query, read="spark"), sqlglot.exp.Query)
+        is_query = sqltree.is_query(sqlglot.parse_one(query, read="spark"))
     except SqlglotError:
         is_query = False
     if is_query:

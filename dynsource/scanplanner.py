@@ -169,16 +169,20 @@ class ScanPlanner:
         options = self.options
         key = None if self._dynamic or options.base_path is not None else (options, self.schema.json())
         kept = _kept_plans.get(key) if key else None
-        if kept is not None:
-            late = _late_checks.get()
-            if late is not None:
-                late.submit(self.walk[0], kept.listing.read)
-            if late is not None or directories.read_alike(self.walk[0], kept.listing.read):
-                return dataclasses.replace(kept, scan_id=uuid.uuid4().hex, started=started)
+        if kept is not None and self._given_again(kept):
+            return dataclasses.replace(kept, scan_id=uuid.uuid4().hex, started=started)
         planned = self._plan(started)
         if key and self._walked_alike_later(planned.listing):
             _kept_plans.put(key, planned)
         return planned
+
+    def _given_again(self, kept: PlannedScan) -> bool:
+        """Whether ``kept`` is given again: once its check passes, or at once inside :func:`checked_later`."""
+        late = _late_checks.get()
+        if late is None:
+            return directories.read_alike(self.walk[0], kept.listing.read)
+        late.submit(self.walk[0], kept.listing.read)
+        return True
 
     @property
     def _dynamic(self) -> bool:

@@ -35,7 +35,6 @@ on its files.
 
 from __future__ import annotations
 
-import collections
 import functools
 import re
 import threading
@@ -63,8 +62,7 @@ _PARQUET_IN_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 _DISCOVERY_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the session's threshold and restores it
 LISTED_KEPT = 32
-_LISTED: weakref.WeakKeyDictionary[SparkSession, collections.OrderedDict[tuple, DataFrame]] = (
-    weakref.WeakKeyDictionary())
+_LISTED: weakref.WeakKeyDictionary[SparkSession, Kept[DataFrame]] = weakref.WeakKeyDictionary()
 _READ_AGAIN: weakref.WeakKeyDictionary[SparkSession, Kept[tuple[Listing, DataFrame]]] = weakref.WeakKeyDictionary()
 _OPENED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see _hadoop_opens
 
@@ -148,19 +146,18 @@ def _listed(spark: SparkSession, options: ScanOptions, table_schema: StructType,
     """Spark's DataFrame of ``paths`` (their files listed by Spark once), reused while the files are the same."""
     files_kept = tuple(zip(paths, sizes, strict=True))
     key = (options.format, _base_url(options), options.time_zone, table_schema.json(), files_kept)
-    kept = _LISTED.setdefault(spark, collections.OrderedDict())
-    if key in kept:
-        kept.move_to_end(key)
-        return kept[key]
+    kept = _LISTED.setdefault(spark, Kept(LISTED_KEPT))
+    df = kept.get(key)
+    if df is not None:
+        return df
     reader = spark.read.format(options.format).schema(table_schema).option("basePath", key[1])
     if options.time_zone is not None:  # of timestamp partition values; Spark's default is the session's zone
         reader = reader.option("timeZone", options.time_zone)
     if options.format == "csv":
         reader = reader.option("header", "true")  # pyarrow's CSV reader, the Python reader's, takes a header row
-    kept[key] = _load(spark, reader, paths) if key[1].startswith("file:") else reader.load(paths)
-    while len(kept) > LISTED_KEPT:
-        kept.popitem(last=False)
-    return kept[key]
+    df = _load(spark, reader, paths) if key[1].startswith("file:") else reader.load(paths)
+    kept.put(key, df)
+    return df
 
 
 def _load(spark: SparkSession, reader: DataFrameReader, paths: list[str]) -> DataFrame:

@@ -78,6 +78,12 @@ def as_written(query: exp.Expression) -> exp.Expression:
     return query
 
 
+def is_query(statement: exp.Expression) -> bool:
+    """Whether parsed ``statement`` is a query, which ``spark.sql`` analyses and runs nothing of (not an INSERT,
+    a CACHE TABLE, an EXPLAIN, ...)."""
+    return isinstance(statement, exp.Query)
+
+
 def error_text(error: Exception) -> str:
     """A sqlglot error as plain text: its first problem and where (its own message underlines with terminal codes)."""
     problems = getattr(error, "errors", None)
