@@ -6,7 +6,9 @@ placeholder, a plain identifier no user writes. :meth:`Frames.sql` runs such a
 text through ``spark.sql(text, **dataframes)``: classic PySpark drops the
 temporary views it makes for that call as soon as the query is analysed, and
 Spark Connect sends the DataFrames' plans with the query, so no temporary view
-is left in the session either way.
+is left in the session either way. A DataFrame read again by later queries (a
+fact scan the planner gives again) is named instead by its lasting view in
+Spark's global temporary database, made once (:mod:`dynsource.views`).
 
 On Spark Connect, a local checkpoint lives on the server only while the
 client's DataFrame of it does: PySpark removes it when that object is garbage
@@ -27,6 +29,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import Dialect
 from sqlglot.tokens import TokenType
+
+from dynsource import views
 
 PREFIX = "__dynsource_"
 _NAMES = (TokenType.VAR, TokenType.IDENTIFIER)
@@ -51,25 +55,33 @@ class Frames:
         return name
 
     def sql(self, spark: SparkSession, text: str, args: Any = None, **kwargs: Any) -> DataFrame:
-        """``spark.sql(text, args, **kwargs)``, each placeholder in ``text`` reading its DataFrame.
+        """``spark.sql(text, args, **kwargs)``, each placeholder in ``text`` reading its DataFrame: by the name of
+        its lasting view (:mod:`dynsource.views`) if it has one, else by a view ``spark.sql`` makes for the call.
 
         With ``kwargs``, ``text`` is already a format string (``{name}`` fields), as ``spark.sql`` takes it.
         """
         if not self._frames:
             return spark.sql(text, args, **kwargs)
-        # spark.sql formats a text it is given keyword arguments for: a plain text's braces must be doubled.
-        escaped = (lambda piece: piece) if kwargs else (lambda piece: piece.replace("{", "{{").replace("}", "}}"))
-        pieces, used, position = [], {}, 0
-        for token in Dialect.get_or_raise("spark").tokenize(text):
-            if token.token_type in _NAMES and token.text in self._frames:
-                pieces += [escaped(text[position:token.start]), "{" + token.text + "}"]
-                used[token.text] = self._frames[token.text]
-                position = token.end + 1
-        if not used:
-            return spark.sql(text, args, **kwargs)
-        result = spark.sql("".join([*pieces, escaped(text[position:])]), args, **kwargs, **used)
+        formatted, used = self._formatted(spark, text, bool(kwargs))
+        result = spark.sql(formatted, args, **kwargs, **used)
         _hold(result, used.values())
         return result
+
+    def _formatted(self, spark: SparkSession, text: str, is_format: bool) -> tuple[str, dict[str, DataFrame]]:
+        """``text`` with each placeholder named by its lasting view or made a ``{placeholder}`` field, and the
+        DataFrames of those fields."""
+        spans = [(token.start, token.end + 1, token.text) for token in Dialect.get_or_raise("spark").tokenize(text)
+                 if token.token_type in _NAMES and token.text in self._frames]
+        lasting = {placeholder: views.name(spark, self._frames[placeholder]) for _, _, placeholder in spans}
+        used = {placeholder: self._frames[placeholder] for placeholder, name in lasting.items() if name is None}
+        # spark.sql formats a text it is given keyword arguments for: a plain text's braces must be doubled.
+        escape = used and not is_format
+        escaped = (lambda piece: piece.replace("{", "{{").replace("}", "}}")) if escape else (lambda piece: piece)
+        pieces, position = [], 0
+        for start, end, placeholder in spans:
+            pieces += [escaped(text[position:start]), lasting[placeholder] or "{" + placeholder + "}"]
+            position = end
+        return "".join([*pieces, escaped(text[position:])]), used
 
 
 def _hold(result: DataFrame, frames: Iterable[DataFrame]) -> None:

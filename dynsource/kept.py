@@ -34,9 +34,12 @@ class Kept(Generic[V]):
                 self._values.move_to_end(key)
             return value
 
-    def put(self, key: Hashable, value: V) -> None:
+    def put(self, key: Hashable, value: V) -> list[V]:
+        """Store ``value``; the values dropped to stay within the bound, least recently used first."""
+        dropped = []
         with self._lock:
             self._values[key] = value
             self._values.move_to_end(key)
             while len(self._values) > self.bound:
-                self._values.popitem(last=False)
+                dropped.append(self._values.popitem(last=False)[1])
+        return dropped

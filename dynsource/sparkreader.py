@@ -47,7 +47,7 @@ from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dynsource import deployment, figures, files, scanplanner, storage
+from dynsource import deployment, figures, files, scanplanner, storage, views
 from dynsource.enumerator import Listing
 from dynsource.filtering import DynamicFilteringData
 from dynsource.kept import Kept
@@ -138,6 +138,7 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     if planned.dynamic:
         return df  # the planner plans a dynamic filter's scan anew each time
     frames.put(again, (planned.listing, df))
+    views.read_again(spark, df)
     return df
 
 

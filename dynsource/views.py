@@ -1,0 +1,84 @@
+"""Lasting views: the DataFrames a warm session reads again, each named once in Spark's global temporary database.
+
+:func:`dynsource.sql` puts the DataFrames it reads itself into the query text by placeholders
+(:mod:`dynsource.frames`), and ``spark.sql(text, name=df)`` makes a temporary view of each and drops it once the
+text is analysed. A view is a command Spark plans and runs, events and all: about 10 ms in a warm JVM, more
+while it is busy. A fact scan the planner gives again is read as the same DataFrame
+(:mod:`dynsource.sparkreader`), so that DataFrame is named by a view made the first time a text reads it, and
+later texts name the view instead of making one.
+
+The views are global temporary ones (``global_temp.__dynsource_view_...``): they do not show in ``SHOW TABLES``
+or ``spark.catalog.listTables()`` of the user's databases. Each name is unique to the process and only the
+session that made a view names it; at most ``KEPT`` a session, the least recently used dropped past that
+(from the catalog only: a DataFrame the user cached stays cached). A view dropped by someone else is made
+again: each is looked up before a text names it (a third of a millisecond).
+Classic sessions only: Spark Connect sends a DataFrame's plan with the query text, so no view is made there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+import weakref
+
+from pyspark.sql import DataFrame, SparkSession
+
+from dynsource import deployment
+from dynsource.kept import Kept
+
+KEPT = 32
+_PREFIX = f"__dynsource_view_{uuid.uuid4().hex[:8]}_"
+_numbers = itertools.count()
+
+
+class _View:
+    """A DataFrame read again (held, so that its ``id`` stays its own) and its view's name once made."""
+
+    def __init__(self, df: DataFrame) -> None:
+        self.df = df
+        self.name: str | None = None
+
+
+class _Session:
+    """A session's DataFrames read again, by ``id``, and the database its global temporary views are in."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
+        self.catalog = spark._jsparkSession.sessionState().catalog()
+        self.views: Kept[_View] = Kept(KEPT)
+        self.making = threading.Lock()  # queries on several threads name one view, not one each
+
+
+_SESSIONS: weakref.WeakKeyDictionary[SparkSession, _Session] = weakref.WeakKeyDictionary()
+
+
+def read_again(spark: SparkSession, df: DataFrame) -> None:
+    """``df`` will be read by later texts too: the first text that reads it names it by a lasting view."""
+    if deployment.is_connect(spark):
+        return
+    if spark not in _SESSIONS:
+        _SESSIONS[spark] = _Session(spark)
+    session = _SESSIONS[spark]
+    for view in session.views.put(id(df), _View(df)):
+        _drop(session, view)
+
+
+def name(spark: SparkSession, df: DataFrame) -> str | None:
+    """The qualified name of ``df``'s lasting view, made now if it is not yet; None if ``df`` is read once."""
+    session = _SESSIONS.get(spark)
+    view = None if session is None else session.views.get(id(df))
+    if view is None or view.df is not df:
+        return None
+    with session.making:
+        if view.name is None or not session.catalog.getGlobalTempView(view.name).isDefined():
+            made = f"{_PREFIX}{next(_numbers)}"
+            df.createOrReplaceGlobalTempView(made)
+            view.name = made
+    return f"{session.database}.{view.name}"
+
+
+def _drop(session: _Session, view: _View) -> None:
+    # The session catalog's drop, not spark.catalog's: that one also uncaches a cached plan equal to the view's.
+    if view.name is not None:
+        session.catalog.dropGlobalTempView(view.name)
