@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
 def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
     """One query through spark.sql (the facts as temporary views of the same Parquet) and through
     dynsource.sql (the registered facts): the median of ``repeat`` timed runs each after an untimed one,
-    interleaved, and whether their rows agree."""
+    interleaved (every run's time kept, the untimed first), and whether their rows agree."""
     import dynsource
     from dynsource import benefit
 
@@ -205,6 +205,7 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
                for a, scan in zip(assignments, report.scans() if assignments else (), strict=True) if scan]
     return {
         "spark_s": round(native_s, 3), "dynsource_s": round(ours_s, 3),
+        "spark_runs_s": [round(t, 3) for t in native_times], "dynsource_runs_s": [round(t, 3) for t in our_times],
         "ratio": round(ours_s / native_s, 3) if native_s else None,
         "equal": native_error is None and our_rows == native_rows, "pruned": pruned, "filters": filters,
         "left_to_spark": benefit.LEFT_TO_SPARK in str(report),
