@@ -51,15 +51,17 @@ class _Session:
 
 
 _SESSIONS: weakref.WeakKeyDictionary[SparkSession, _Session] = weakref.WeakKeyDictionary()
+_SESSIONS_LOCK = threading.Lock()
 
 
 def read_again(spark: SparkSession, df: DataFrame) -> None:
     """``df`` will be read by later texts too: the first text that reads it names it by a lasting view."""
     if deployment.is_connect(spark):
         return
-    if spark not in _SESSIONS:
-        _SESSIONS[spark] = _Session(spark)
-    session = _SESSIONS[spark]
+    with _SESSIONS_LOCK:  # one per session, though dimensions are read on several threads
+        if spark not in _SESSIONS:
+            _SESSIONS[spark] = _Session(spark)
+        session = _SESSIONS[spark]
     for view in session.views.put(id(df), _View(df)):
         _drop(session, view)
 
