@@ -65,6 +65,18 @@ def test_past_the_bound_the_least_recently_read_view_is_dropped(spark, sales, mo
         spark.sql(QUERY.format(t="lasting_native")))
 
 
+def test_a_view_the_user_makes_through_dynsource_sql_outlives_the_lasting_views(spark, sales):
+    before = lasting_views(spark)
+    dynsource.sql(spark, QUERY.format(t="lasting_sales")).collect()  # the scan is read again below: a lasting view
+    dynsource.sql(spark, "CREATE OR REPLACE TEMPORARY VIEW lasting_users AS " + QUERY.format(t="lasting_sales"))
+    try:
+        for name in lasting_views(spark) - before:
+            spark.catalog.dropGlobalTempView(name)
+        assert rows(spark.table("lasting_users")) == rows(spark.sql(QUERY.format(t="lasting_native")))
+    finally:
+        spark.catalog.dropTempView("lasting_users")
+
+
 def test_kept_returns_what_it_drops_to_stay_within_its_bound():
     kept = Kept(2)
     assert kept.put("a", 1) == [] and kept.put("b", 2) == []
