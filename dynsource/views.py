@@ -70,7 +70,7 @@ def name(spark: SparkSession, df: DataFrame) -> str | None:
     """The qualified name of ``df``'s lasting view, made now if it is not yet; None if ``df`` is read once."""
     session = _SESSIONS.get(spark)
     view = None if session is None else session.views.get(id(df))
-    if view is None or view.df is not df:
+    if view is None:  # (an entry holds its DataFrame: no other object has that id meanwhile)
         return None
     with session.making:
         if view.name is None or not session.catalog.getGlobalTempView(view.name).isDefined():
