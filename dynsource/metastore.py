@@ -8,11 +8,49 @@ metastore alone.
 
 from __future__ import annotations
 
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from dynsource import deployment
+
+
+@dataclass(frozen=True)
+class SessionCatalog:
+    """A classic session's JVM session catalog and SQL parser, and its global temporary database.
+
+    All three are fixed for the session's life (the database is a static setting), so they are looked up once:
+    reaching them costs three JVM calls, a millisecond of a warm query that asks several times.
+    """
+
+    catalog: Any
+    parser: Any
+    global_database: str
+
+    def identifier(self, *parts: str) -> Any:
+        """Spark's ``TableIdentifier`` of the name ``parts``, each part quoted."""
+        return self.parser.parseTableIdentifier(".".join("`" + part.replace("`", "``") + "`" for part in parts))
+
+
+_CATALOGS: weakref.WeakKeyDictionary[SparkSession, SessionCatalog] = weakref.WeakKeyDictionary()
+_CATALOGS_LOCK = threading.Lock()
+
+
+def session_catalog(spark: SparkSession) -> SessionCatalog | None:
+    """``spark``'s :class:`SessionCatalog`; None over Spark Connect, whose client has no JVM."""
+    if deployment.is_connect(spark):
+        return None
+    with _CATALOGS_LOCK:  # tables are resolved on several threads
+        if spark not in _CATALOGS:
+            state = spark._jsparkSession.sessionState()
+            database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+            _CATALOGS[spark] = SessionCatalog(state.catalog(), state.sqlParser(), database)
+        return _CATALOGS[spark]
 
 
 def in_catalog(spark: SparkSession, table: str) -> bool:
@@ -36,9 +74,10 @@ def provider(spark: SparkSession, table: str) -> str | None:
     A classic session asks its session catalog in two JVM calls; ``SHOW TABLE EXTENDED`` (Spark Connect) takes
     ~40 ms, a sixth of a small TPC-DS query, for each dynsource table a query names.
     """
-    if not deployment.is_connect(spark):
+    session = session_catalog(spark)
+    if session is not None:
         try:
-            return _recorded_provider(spark, table)
+            return _recorded_provider(session, table)
         except Py4JError:
             pass  # an internal API this Spark version does not have: ask by SQL
     database, name = table.split(".")
@@ -53,10 +92,9 @@ def provider(spark: SparkSession, table: str) -> str | None:
     return None
 
 
-def _recorded_provider(spark: SparkSession, table: str) -> str | None:
-    state = spark._jsparkSession.sessionState()
-    identifier = state.sqlParser().parseTableIdentifier(".".join(f"`{part}`" for part in table.split(".")))
-    if not state.catalog().tableExists(identifier):
+def _recorded_provider(session: SessionCatalog, table: str) -> str | None:
+    identifier = session.identifier(*table.split("."))
+    if not session.catalog.tableExists(identifier):
         return None
-    recorded = state.catalog().getTableMetadata(identifier).provider()
+    recorded = session.catalog.getTableMetadata(identifier).provider()
     return recorded.get() if recorded.isDefined() else None

@@ -15,11 +15,9 @@ another source with the same name is read as Spark reads it.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
@@ -28,7 +26,7 @@ from pyspark.sql.types import StructType
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from dynsource import catalog, deployment, metastore
+from dynsource import catalog, metastore
 from dynsource.sqltree import TEMPORARY
 
 
@@ -58,7 +56,9 @@ class Resolver:
     def __init__(self, spark: SparkSession, frames: Mapping[str, DataFrame] | None = None) -> None:
         self.spark = spark
         self.frames = dict(frames or {})
-        self.global_database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+        self._session_catalog = metastore.session_catalog(spark)
+        self.global_database = (spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+                                if self._session_catalog is None else self._session_catalog.global_database)
         self._resolved: dict[tuple[str, ...], Relation | None] = {}  # a name a query repeats is looked up once
 
     def resolve(self, parts: tuple[str, ...]) -> Relation | None:
@@ -75,7 +75,7 @@ class Resolver:
             try:
                 return self._one_part(parts[0])
             except Py4JError:
-                self.__dict__["_session_catalog"] = None  # an internal API this Spark version lacks: ask as below
+                self._session_catalog = None  # an internal API this Spark version lacks: ask as below
         try:  # Spark's own lookup: which qualifiers name a temporary view differs between Spark versions
             table = self.spark.catalog.getTable(_quoted(*parts))
         except AnalysisException:
@@ -87,20 +87,11 @@ class Resolver:
             return None
         return self._catalog_relation(table.namespace[0].lower(), table.name.lower())
 
-    @functools.cached_property
-    def _session_catalog(self) -> tuple[Any, Any] | None:
-        """A classic session's JVM session catalog and SQL parser (None over Spark Connect)."""
-        if deployment.is_connect(self.spark):
-            return None
-        state = self.spark._jsparkSession.sessionState()
-        return state.catalog(), state.sqlParser()
-
     def _one_part(self, name: str) -> Relation | None:
         """A one-part name as Spark resolves it: the session's temporary view, else a table or view of the current
         database when the current catalog is the session catalog. Asked of the session catalog directly: Spark's
         ``getTable`` analyses the name, 2-4 ms of a warm query per table."""
-        session_catalog, parser = self._session_catalog
-        if session_catalog.isTempView(parser.parseTableIdentifier(_quoted(name))):
+        if self._session_catalog.catalog.isTempView(self._session_catalog.identifier(name)):
             return self._temporary_view(name)
         if self.spark.catalog.currentCatalog() != "spark_catalog":
             return None
@@ -110,9 +101,9 @@ class Resolver:
         """A temporary view of the session. One made from a DataFrame holds its analysed plan, whose schema the
         session catalog gives without analysing the name again (0.5 ms against 4 ms); one of SQL text holds an
         unresolved plan, read as Spark reads it."""
-        session_catalog, _ = self._session_catalog
         try:
-            schema = StructType.fromJson(json.loads(session_catalog.getTempView(name).get().schema().json()))
+            schema = StructType.fromJson(json.loads(
+                self._session_catalog.catalog.getTempView(name).get().schema().json()))
         except Py4JError:  # Spark's error for the unresolved plan of a view of SQL text
             return self._relation(TEMPORARY, name, _quoted(name))
         return Relation(TEMPORARY, name, schema)

@@ -24,7 +24,7 @@ import weakref
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import deployment
+from dynsource import metastore
 from dynsource.kept import Kept
 
 KEPT = 32
@@ -43,9 +43,9 @@ class _View:
 class _Session:
     """A session's DataFrames read again, by ``id``, and the database its global temporary views are in."""
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
-        self.catalog = spark._jsparkSession.sessionState().catalog()
+    def __init__(self, session_catalog: metastore.SessionCatalog) -> None:
+        self.database = session_catalog.global_database
+        self.catalog = session_catalog.catalog
         self.views: Kept[_View] = Kept(KEPT)
         self.making = threading.Lock()  # queries on several threads name one view, not one each
 
@@ -56,11 +56,12 @@ _SESSIONS_LOCK = threading.Lock()
 
 def read_again(spark: SparkSession, df: DataFrame) -> None:
     """``df`` will be read by later texts too: the first text that reads it names it by a lasting view."""
-    if deployment.is_connect(spark):
+    session_catalog = metastore.session_catalog(spark)
+    if session_catalog is None:
         return
     with _SESSIONS_LOCK:  # one per session, though dimensions are read on several threads
         if spark not in _SESSIONS:
-            _SESSIONS[spark] = _Session(spark)
+            _SESSIONS[spark] = _Session(session_catalog)
         session = _SESSIONS[spark]
     for view in session.views.put(id(df), _View(df)):
         _drop(session, view)
