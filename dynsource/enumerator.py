@@ -67,6 +67,14 @@ class Listing:
         above_leaves = [column for column, count in self.pruned.items() if count and column != self.columns[-1]]
         return None if above_leaves else len(self.partitions) + self.directories_pruned
 
+    def checkable(self, root: str) -> bool:
+        """Whether :func:`directories.read_alike` can tell that a walk from ``root`` would find this listing again:
+        the walk read every directory it listed through :mod:`dynsource.directories`, ``root`` first, and the root
+        holds no commit records (a record written later changes the records' directory, not the root; creating
+        that directory changes the root)."""
+        return (bool(self.read) and len(self.read) == len(self.listed_paths) and self.read[0][0] == root
+                and not self.read[0][1][3])
+
     def typed_rows(self, columns: Sequence[str]) -> list[tuple]:
         """Each partition's typed values of ``columns``; a value Spark cannot convert raises ``ValueError``."""
         indexes = [self.columns.index(column) for column in columns]

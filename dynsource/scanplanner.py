@@ -172,7 +172,7 @@ class ScanPlanner:
         if kept is not None and self._given_again(kept):
             return dataclasses.replace(kept, scan_id=uuid.uuid4().hex, started=started)
         planned = self._plan(started)
-        if key and self._walked_alike_later(planned.listing):
+        if key and planned.listing.checkable(self.walk[1].root):
             _kept_plans.put(key, planned)
         return planned
 
@@ -187,15 +187,6 @@ class ScanPlanner:
     @property
     def _dynamic(self) -> bool:
         return bool(self.options.dynamic_filter and self.options.dynamic_filtering_enabled)
-
-    def _walked_alike_later(self, listing: Listing) -> bool:
-        """Whether :func:`directories.read_alike` can tell that a walk would find ``listing`` again: it read every
-        directory it listed through :mod:`dynsource.directories`, the table's root first, and the root holds no
-        commit records (a record written later changes the records' directory, not the root; creating that
-        directory changes the root)."""
-        read = listing.read
-        return (bool(read) and len(read) == len(listing.listed_paths) and read[0][0] == self.walk[1].root
-                and not read[0][1][3])
 
     def _plan(self, started: float) -> PlannedScan:
         options, schema = self.options, self.schema

@@ -1,0 +1,71 @@
+"""The benefit check's survey of a fact table, kept between queries of a warm session while its walk holds."""
+
+import os
+import time
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dynsource import benefit, directories
+from dynsource.kept import Kept
+from dynsource.options import ScanOptions
+
+TYPES = {"day": "int", "item": "int"}
+
+
+def write(path, items) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"item": pa.array(items, pa.int32())}), path)
+
+
+@pytest.fixture
+def settled(monkeypatch, tmp_path):
+    """Two day partitions, listings kept at once and surveys kept afresh; changes come 50 ms after the writes."""
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))
+    monkeypatch.setattr(benefit, "_kept_surveys", Kept(benefit.KEPT_SURVEYS))
+    for day in (1, 2):
+        write(tmp_path / f"day={day}" / "part-0.parquet", list(range(40)))
+    time.sleep(0.05)
+    return tmp_path
+
+
+def survey(root, deep=True) -> benefit.Survey:
+    return benefit.survey(ScanOptions.parse({"path": str(root)}), TYPES, deep=deep)
+
+
+def test_a_settled_tables_survey_is_given_again_until_its_top_level_changes(settled):
+    first = survey(settled)
+    assert survey(settled) is first and first.fanout == 2
+    assert survey(settled, deep=False) is not first  # a shallow survey is another walk
+    write(settled / "day=3" / "part-0.parquet", [1])
+    again = survey(settled)
+    assert again is not first and again.fanout == 3
+    assert again.top.raw_rows == [("1",), ("2",), ("3",)]
+
+
+def test_a_file_of_the_first_branch_rewritten_in_place_is_sampled_anew(settled):
+    first = survey(settled)
+    assert first.sample(["item"]).num_rows == 40
+    time.sleep(0.01)
+    write(settled / "day=1" / "part-0.parquet", list(range(100)))  # same path, more rows
+    again = survey(settled)
+    assert again is not first
+    assert again.sample(["item"]).num_rows == 100
+    assert again.estimated_bytes() == 2 * os.path.getsize(settled / "day=1" / "part-0.parquet")
+
+
+def test_a_survey_off_the_local_disk_is_walked_at_every_call():
+    memory = fsspec.filesystem("memory")
+    for day in (1, 2):
+        with memory.open(f"/survey/day={day}/part-0.parquet", "wb") as file:
+            pq.write_table(pa.table({"item": pa.array([day], pa.int32())}), file)
+    try:
+        first = survey("memory://survey")
+        assert survey("memory://survey") is not first and first.fanout == 2
+        with memory.open("/survey/day=3/part-0.parquet", "wb") as file:
+            pq.write_table(pa.table({"item": pa.array([3], pa.int32())}), file)
+        assert survey("memory://survey").fanout == 3
+    finally:
+        memory.rm("/survey", recursive=True)
