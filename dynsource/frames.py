@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from threading import Lock
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import Dialect
 from sqlglot.tokens import TokenType
@@ -62,17 +63,26 @@ class Frames:
         """
         if not self._frames:
             return spark.sql(text, args, **kwargs)
-        formatted, used = self._formatted(spark, text, bool(kwargs))
-        result = spark.sql(formatted, args, **kwargs, **used)
+        formatted, used = self._formatted(spark, text, bool(kwargs), checked=False)
+        try:
+            result = spark.sql(formatted, args, **kwargs, **used)
+        except AnalysisException as error:
+            if not views.named_in(error):
+                raise
+            # A lasting view was dropped since it was made (nothing ran: the analysis failed): each made again.
+            formatted, used = self._formatted(spark, text, bool(kwargs), checked=True)
+            result = spark.sql(formatted, args, **kwargs, **used)
         _hold(result, used.values())
         return result
 
-    def _formatted(self, spark: SparkSession, text: str, is_format: bool) -> tuple[str, dict[str, DataFrame]]:
-        """``text`` with each placeholder named by its lasting view or made a ``{placeholder}`` field, and the
-        DataFrames of those fields."""
+    def _formatted(self, spark: SparkSession, text: str, is_format: bool,
+                   checked: bool) -> tuple[str, dict[str, DataFrame]]:
+        """``text`` with each placeholder named by its lasting view (``checked``: made again if dropped) or made a
+        ``{placeholder}`` field, and the DataFrames of those fields."""
         spans = [(token.start, token.end + 1, token.text) for token in Dialect.get_or_raise("spark").tokenize(text)
                  if token.token_type in _NAMES and token.text in self._frames]
-        lasting = {placeholder: views.name(spark, self._frames[placeholder]) for _, _, placeholder in spans}
+        lasting = {placeholder: views.name(spark, self._frames[placeholder], checked=checked)
+                   for _, _, placeholder in spans}
         used = {placeholder: self._frames[placeholder] for placeholder, name in lasting.items() if name is None}
         # spark.sql formats a text it is given keyword arguments for: a plain text's braces must be doubled.
         escape = used and not is_format

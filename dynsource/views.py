@@ -10,8 +10,10 @@ later texts name the view instead of making one.
 The views are global temporary ones (``global_temp.__dynsource_view_...``): they do not show in ``SHOW TABLES``
 or ``spark.catalog.listTables()`` of the user's databases. Each name is unique to the process and only the
 session that made a view names it; at most ``KEPT`` a session, the least recently used dropped past that
-(from the catalog only: a DataFrame the user cached stays cached). A view dropped by someone else is made
-again: each is looked up before a text names it (a third of a millisecond).
+(from the catalog only: a DataFrame the user cached stays cached). A view dropped by someone else (or past the
+bound by another thread of the session) is made again: a text whose analysis fails naming a lasting view is
+analysed again with each of its views looked up first (looking them up before every text would cost two JVM
+calls each).
 Classic sessions only: Spark Connect sends a DataFrame's plan with the query text, so no view is made there.
 """
 
@@ -67,18 +69,24 @@ def read_again(spark: SparkSession, df: DataFrame) -> None:
         _drop(session, view)
 
 
-def name(spark: SparkSession, df: DataFrame) -> str | None:
-    """The qualified name of ``df``'s lasting view, made now if it is not yet; None if ``df`` is read once."""
+def name(spark: SparkSession, df: DataFrame, *, checked: bool = False) -> str | None:
+    """The qualified name of ``df``'s lasting view, made now if it is not yet, and with ``checked`` also if it was
+    dropped since it was made; None if ``df`` is read once."""
     session = _SESSIONS.get(spark)
     view = None if session is None else session.views.get(id(df))
     if view is None:  # (an entry holds its DataFrame: no other object has that id meanwhile)
         return None
     with session.making:
-        if view.name is None or not session.catalog.getGlobalTempView(view.name).isDefined():
+        if view.name is None or (checked and not session.catalog.getGlobalTempView(view.name).isDefined()):
             made = f"{_PREFIX}{next(_numbers)}"
             df.createOrReplaceGlobalTempView(made)
             view.name = made
     return f"{session.database}.{view.name}"
+
+
+def named_in(error: Exception) -> bool:
+    """Whether ``error`` (Spark's, of a text's analysis) names a lasting view, such as one dropped since."""
+    return _PREFIX in str(error)
 
 
 def _drop(session: _Session, view: _View) -> None:
