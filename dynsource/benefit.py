@@ -98,19 +98,20 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
     """Walk the fact table down its first directory at each level: one listing per partition level.
 
     ``deep=False`` lists the top level only (one listing); ``Survey.columns`` then names its column alone.
-    A warm session surveys a table at every query: a local table's survey is kept (the newest ``KEPT_SURVEYS``)
-    and given again while the directories its walk read stat the same (a few ``stat`` calls instead of typing
-    every top-level value again, 2 ms of 1,800 partitions).
+    A warm session surveys a table at every query: a deep survey of a local table is kept (the newest
+    ``KEPT_SURVEYS``) and given again while the directories its walk read stat the same (a few ``stat`` calls
+    instead of typing every top-level value again, 2 ms of 1,800 partitions). A shallow one is not: its first
+    branch, walked when asked, is no part of what its walk read.
     """
     fs, root = files.open_table(fact.path, fact.storage_options)
-    key = (fact, tuple(sorted(column_types.items())), deep)
-    kept = _kept_surveys.get(key)
+    key = (fact, tuple(sorted(column_types.items()))) if deep and storage.is_local(fact.path) else None
+    kept = _kept_surveys.get(key) if key else None
     if kept is not None and directories.read_alike(fs, kept[1].read):
         return kept[0]
     levels, listing = _walk(PartitionEnumerator(fs, root), column_types, deep)
     result = Survey(fact, column_types, listing.columns, levels[0] if levels else None, listing if deep else None,
                     math.prod(len(level.raw_rows) for level in levels) if deep else 1)
-    if listing.checkable(root):
+    if key and listing.checkable(root):
         _kept_surveys.put(key, (result, listing))
     return result
 

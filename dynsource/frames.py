@@ -69,9 +69,12 @@ class Frames:
         except AnalysisException as error:
             if not views.named_in(error):
                 raise
-            # A lasting view was dropped since it was made (nothing ran: the analysis failed): each made again.
-            formatted, used = self._formatted(spark, text, bool(kwargs), checked=True)
-            result = spark.sql(formatted, args, **kwargs, **used)
+            # A lasting view dropped since it was made (nothing ran: the analysis failed) is made again; the text
+            # is analysed again only if one was, else the error is the text's own.
+            remade, used = self._formatted(spark, text, bool(kwargs), checked=True)
+            if remade == formatted:
+                raise
+            result = spark.sql(remade, args, **kwargs, **used)
         _hold(result, used.values())
         return result
 

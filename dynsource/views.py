@@ -10,10 +10,11 @@ later texts name the view instead of making one.
 The views are global temporary ones (``global_temp.__dynsource_view_...``): they do not show in ``SHOW TABLES``
 or ``spark.catalog.listTables()`` of the user's databases. Each name is unique to the process and only the
 session that made a view names it; at most ``KEPT`` a session, the least recently used dropped past that
-(from the catalog only: a DataFrame the user cached stays cached). A view dropped by someone else (or past the
-bound by another thread of the session) is made again: a text whose analysis fails naming a lasting view is
-analysed again with each of its views looked up first (looking them up before every text would cost two JVM
-calls each).
+(from the catalog only: a DataFrame the user cached stays cached). A view dropped by someone else is made
+again: a text whose analysis fails naming a lasting view has each of its views looked up, and is analysed
+again if one was made again (looking them up before every text would cost two JVM calls each). One dropped
+past the bound, by another thread of the session, is no longer kept: the text names its DataFrame by a view
+``spark.sql`` makes for the call.
 Classic sessions only: Spark Connect sends a DataFrame's plan with the query text, so no view is made there.
 """
 

@@ -56,6 +56,15 @@ def test_a_file_of_the_first_branch_rewritten_in_place_is_sampled_anew(settled):
     assert again.estimated_bytes() == 2 * os.path.getsize(settled / "day=1" / "part-0.parquet")
 
 
+def test_a_shallow_survey_is_walked_at_every_call_so_its_first_branch_is_current(settled):
+    first = survey(settled, deep=False)
+    assert first.sample(["item"]).num_rows == 40
+    time.sleep(0.01)
+    write(settled / "day=1" / "part-0.parquet", list(range(100)))  # below the top level: the root is as it was
+    again = survey(settled, deep=False)
+    assert again is not first and again.sample(["item"]).num_rows == 100
+
+
 def test_a_survey_off_the_local_disk_is_walked_at_every_call():
     memory = fsspec.filesystem("memory")
     for day in (1, 2):

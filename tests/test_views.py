@@ -77,6 +77,23 @@ def test_a_view_the_user_makes_through_dynsource_sql_outlives_the_lasting_views(
         spark.catalog.dropTempView("lasting_users")
 
 
+def test_a_texts_own_error_naming_a_lasting_view_is_raised_from_one_analysis(spark, sales):
+    from pyspark.errors import AnalysisException
+
+    dynsource.sql(spark, QUERY.format(t="lasting_sales")).collect()
+    before = lasting_views(spark)
+    with pytest.raises(AnalysisException) as raised:
+        dynsource.sql(spark, "SELECT region, sum(amount) FROM lasting_sales WHERE item > 1 GROUP BY item")
+    assert "__dynsource_view_" in str(raised.value)  # Spark's message shows the plan, the view's name in it
+    # Each view was looked up and none made again: the error is the first analysis's, raised while handling no
+    # other analysis error (a second analysis's would be).
+    handled, context = [], raised.value.__context__
+    while context is not None:
+        handled.append(context)
+        context = context.__context__
+    assert not any(isinstance(error, AnalysisException) for error in handled) and lasting_views(spark) == before
+
+
 def test_kept_returns_what_it_drops_to_stay_within_its_bound():
     kept = Kept(2)
     assert kept.put("a", 1) == [] and kept.put("b", 2) == []
