@@ -33,8 +33,18 @@ class SessionCatalog:
     global_database: str
 
     def identifier(self, *parts: str) -> Any:
-        """Spark's ``TableIdentifier`` of the name ``parts``, each part quoted."""
-        return self.parser.parseTableIdentifier(".".join("`" + part.replace("`", "``") + "`" for part in parts))
+        """Spark's ``TableIdentifier`` of the name ``parts``."""
+        return self.parser.parseTableIdentifier(quoted(*parts))
+
+
+def quoted(*parts: str) -> str:
+    """The name ``parts`` as Spark SQL text, each part in backquotes."""
+    return ".".join("`" + part.replace("`", "``") + "`" for part in parts)
+
+
+def global_temp_database(spark: SparkSession) -> str:
+    """The session's global temporary database (a static setting; Spark keeps it in lower case)."""
+    return spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
 
 
 _CATALOGS: weakref.WeakKeyDictionary[SparkSession, SessionCatalog] = weakref.WeakKeyDictionary()
@@ -48,8 +58,7 @@ def session_catalog(spark: SparkSession) -> SessionCatalog | None:
     with _CATALOGS_LOCK:  # tables are resolved on several threads
         if spark not in _CATALOGS:
             state = spark._jsparkSession.sessionState()
-            database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
-            _CATALOGS[spark] = SessionCatalog(state.catalog(), state.sqlParser(), database)
+            _CATALOGS[spark] = SessionCatalog(state.catalog(), state.sqlParser(), global_temp_database(spark))
         return _CATALOGS[spark]
 
 

@@ -57,8 +57,8 @@ class Resolver:
         self.spark = spark
         self.frames = dict(frames or {})
         self._session_catalog = metastore.session_catalog(spark)
-        self.global_database = (spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
-                                if self._session_catalog is None else self._session_catalog.global_database)
+        self.global_database = (metastore.global_temp_database(spark) if self._session_catalog is None
+                                else self._session_catalog.global_database)
         self._resolved: dict[tuple[str, ...], Relation | None] = {}  # a name a query repeats is looked up once
 
     def resolve(self, parts: tuple[str, ...]) -> Relation | None:
@@ -77,12 +77,12 @@ class Resolver:
             except Py4JError:
                 self._session_catalog = None  # an internal API this Spark version lacks: ask as below
         try:  # Spark's own lookup: which qualifiers name a temporary view differs between Spark versions
-            table = self.spark.catalog.getTable(_quoted(*parts))
+            table = self.spark.catalog.getTable(metastore.quoted(*parts))
         except AnalysisException:
             return None  # a name Spark will report as missing
         if table.isTemporary:
             database = self.global_database if table.namespace == [self.global_database] else TEMPORARY
-            return self._relation(database, table.name.lower(), _quoted(*parts))
+            return self._relation(database, table.name.lower(), metastore.quoted(*parts))
         if table.catalog != "spark_catalog" or len(table.namespace or []) != 1:
             return None
         return self._catalog_relation(table.namespace[0].lower(), table.name.lower())
@@ -105,7 +105,7 @@ class Resolver:
             schema = StructType.fromJson(json.loads(
                 self._session_catalog.catalog.getTempView(name).get().schema().json()))
         except Py4JError:  # Spark's error for the unresolved plan of a view of SQL text
-            return self._relation(TEMPORARY, name, _quoted(name))
+            return self._relation(TEMPORARY, name, metastore.quoted(name))
         return Relation(TEMPORARY, name, schema)
 
     def _relation(self, database: str, name: str, spark_name: str) -> Relation | None:
@@ -119,11 +119,9 @@ class Resolver:
         try:
             definition = catalog.load_definition(self.spark, qualified)
         except ValueError:  # no definition: whatever Spark reads under that name, it is not dynsource's
-            return self._relation(database, name, _quoted(database, name))
+            return self._relation(database, name, metastore.quoted(database, name))
         if metastore.provider(self.spark, qualified) != catalog.SOURCE_PREFIX + qualified:
-            return self._relation(database, name, _quoted(database, name))  # a stale definition of a replaced table
+            # A stale definition of a replaced table.
+            return self._relation(database, name, metastore.quoted(database, name))
         return Relation(database, name, definition.schema, definition)
 
-
-def _quoted(*parts: str) -> str:
-    return ".".join("`" + part.replace("`", "``") + "`" for part in parts)
