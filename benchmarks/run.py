@@ -12,6 +12,7 @@ file and a PNG chart under ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -19,7 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -185,33 +186,47 @@ def dynsource_dpp(bench: Bench, query: Query) -> Measurement:
     return _dynsource_measurement(bench, started, handle, result, phases)
 
 
-def _dynsource_sql(python_reader: bool, pruning: str = "auto") -> Callable[[Bench, Query], Measurement]:
+def _dynsource_sql(python_reader: bool, pruning: str = "auto",
+                   check_interval_ms: int = 0) -> Callable[[Bench, Query], Measurement]:
     def run(bench: Bench, query: Query) -> Measurement:
-        return dynsource_sql(bench, query, bench.table_python if python_reader else bench.table, pruning)
+        return dynsource_sql(bench, query, bench.table_python if python_reader else bench.table, pruning,
+                             check_interval_ms)
 
-    run.__doc__ = (f"dynsource.sql (spark.dynsource.partitionPruning = {pruning}), the kept files read by "
-                   f"{'dynsource' if python_reader else 'Spark'}'s reader")
+    run.__doc__ = (f"dynsource.sql (spark.dynsource.partitionPruning = {pruning}, listingCheckIntervalMs = "
+                   f"{check_interval_ms}), the kept files read by {'dynsource' if python_reader else 'Spark'}'s reader")
     return run
 
 
-def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto") -> Measurement:
+@contextlib.contextmanager
+def _settings(spark, settings: dict[str, str]) -> Iterator[None]:
+    """The session's ``settings`` set inside the block, each restored after it."""
+    before = {name: spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
+
+
+def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto",
+                  check_interval_ms: int = 0) -> Measurement:
     """The plain query through ``dynsource.sql``: it finds the join, collects (or leaves the join of a local table to
-    Spark's DPP, with ``pruning`` = ``auto``), prunes and reads only used columns."""
+    Spark's DPP, with ``pruning`` = ``auto``), prunes and reads only used columns; a table found unchanged less than
+    ``check_interval_ms`` ago is read as found."""
     import dynsource
-    from dynsource import benefit
+    from dynsource import benefit, scanplanner
 
     bench.spark.conf.set(DPP_CONF, "true")
-    before = bench.spark.conf.get(benefit.PRUNING_CONF, None)
-    bench.spark.conf.set(benefit.PRUNING_CONF, pruning)
-    try:
+    settings = {benefit.PRUNING_CONF: pruning, scanplanner.CHECK_INTERVAL_CONF: str(check_interval_ms)}
+    with _settings(bench.spark, settings):
         started = time.perf_counter()
         df = dynsource.sql(bench.spark, query.sql(table))
         planned = time.perf_counter()
-    finally:
-        if before is None:
-            bench.spark.conf.unset(benefit.PRUNING_CONF)
-        else:
-            bench.spark.conf.set(benefit.PRUNING_CONF, before)
     result = _row(df)
     seconds = time.perf_counter() - started
     report = dynsource.scan_report(df)
@@ -347,6 +362,7 @@ MODES: dict[str, Callable[[Bench, Query], Measurement]] = {
     "dynsource.sql": _dynsource_sql(python_reader=False),
     "dynsource.sql python reader": _dynsource_sql(python_reader=True),
     "dynsource.sql collect": _dynsource_sql(python_reader=False, pruning="collect"),
+    "dynsource.sql checked every 60 s": _dynsource_sql(python_reader=False, check_interval_ms=60_000),
     "dynsource static keys": dynsource_static,
     "dynsource partitionFilter": dynsource_partition_filter,
     "dynsource no filter": dynsource_full,
@@ -470,6 +486,7 @@ def _ratios(modes: dict, matching_bytes: int) -> dict:
         "sql_over_native_dpp_cold": time_ratio("dynsource.sql", "native DPP cold"),
         "sql_python_reader_over_native_dpp_warm": time_ratio("dynsource.sql python reader", "native DPP warm"),
         "sql_collect_over_native_dpp_warm": time_ratio("dynsource.sql collect", "native DPP warm"),
+        "sql_checked_every_60s_over_native_dpp_warm": time_ratio("dynsource.sql checked every 60 s", "native DPP warm"),
     }
 
 

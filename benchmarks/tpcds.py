@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the registered facts' reader option (python: the read tasks count row groups and rows)")
     parser.add_argument("--pruning", choices=("auto", "collect"), default="auto",
                         help="spark.dynsource.partitionPruning (auto: Spark's DPP prunes these local facts by date)")
+    parser.add_argument("--check-interval-ms", type=int, default=0,
+                        help="spark.dynsource.listingCheckIntervalMs (0: each fact's files looked up at every query)")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("DYNSOURCE_FILTER_STORE", tempfile.mkdtemp(prefix="dynsource-tpcds-filters-"))
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     spark = (SparkSession.builder.master("local[2]").appName("dynsource-tpcds")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="tpcds-warehouse-"))
-             .config("spark.dynsource.partitionPruning", args.pruning).getOrCreate())
+             .config("spark.dynsource.partitionPruning", args.pruning)
+             .config("spark.dynsource.listingCheckIntervalMs", str(args.check_interval_ms)).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     dynsource.register(spark)
     tables = partition_facts(spark, root)
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(summary, indent=2))
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = ("-python-reader" if args.reader == "python" else "") + ("-collect" if args.pruning == "collect" else "")
+    suffix += f"-checked-every-{args.check_interval_ms}ms" if args.check_interval_ms else ""
     suffix += f"-q{'-'.join(map(str, chosen))}" if args.queries else ""
     out = args.out / f"tpcds-sf{args.scale:g}{suffix}.json"
     out.write_text(json.dumps({"summary": summary, "queries": results}, indent=2))

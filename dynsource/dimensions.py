@@ -37,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import types as spark_types
 
-from dynsource import collector, pins, starjoin
+from dynsource import collector, options, pins, starjoin
 from dynsource.filtering import DynamicFilteringData
 from dynsource.frames import Frames
 
@@ -56,16 +56,7 @@ T = TypeVar("T")
 
 def timeout_ms(spark: SparkSession) -> int:
     """The session's collection budget in milliseconds (``spark.dynsource.collectTimeoutMs``)."""
-    text = spark.conf.get(TIMEOUT_CONF, None)
-    if text is None:
-        return DEFAULT_TIMEOUT_MS
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"{TIMEOUT_CONF} must be a whole number of milliseconds, 0 or more; got {text!r}.")
-    return value
+    return options.session_ms(spark, TIMEOUT_CONF, DEFAULT_TIMEOUT_MS)
 
 
 @dataclass(frozen=True)

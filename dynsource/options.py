@@ -84,6 +84,16 @@ def _non_negative_int(name: str, value: str) -> int:
     return int(text)
 
 
+def session_ms(spark: Any, setting: str, default: int) -> int:
+    """The session's ``setting`` (e.g. ``spark.dynsource.collectTimeoutMs``), whole milliseconds, 0 or more."""
+    text = spark.conf.get(setting, None)
+    if text is None:
+        return default
+    if not str(text).strip().isdigit():
+        raise ValueError(f"{setting} must be a whole number of milliseconds, 0 or more; got {text!r}.")
+    return int(text)
+
+
 def _text(name: str, value: str) -> str | None:
     return str(value).strip() or None
 

@@ -45,7 +45,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, benefit, catalog, deployment, dimensions, names, report, scanplanner, sqltree
+from dynsource import autodpp, benefit, catalog, deployment, dimensions, names, options, report, scanplanner, sqltree
 from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,12 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     disk is left to Spark's own dynamic partition pruning (listing the whole table
     there costs less than a collection) unless the session's
     ``spark.dynsource.partitionPruning`` is ``collect`` (default ``auto``).
+    A local table's files are looked up at every query, so that files written
+    since are read; with ``spark.dynsource.listingCheckIntervalMs`` (default 0)
+    a table found unchanged less than that long ago is read as it was found,
+    without looking again: files written within the interval are read once it
+    ends (Trino's file status cache expires the same way; a warm Spark
+    DataFrame never looks again).
 
     Parameters
     ----------
@@ -131,7 +137,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     if args or kwargs:  # the dimension queries would lose the parameters' values
         text, frames = _with_options_read(spark, query)
         return frames.sql(spark, text, args, **kwargs)
-    with scanplanner.checked_later() as checks:
+    with scanplanner.checked_later(options.session_ms(spark, scanplanner.CHECK_INTERVAL_CONF, 0)) as checks:
         df = _pruned(spark, query, checks)
     if df is not None and checks.held():
         return df

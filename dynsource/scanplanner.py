@@ -16,7 +16,10 @@ about half the walk, and none of the typing, filtering and checks that follow it
 Inside :func:`checked_later` (``dynsource.sql`` runs a query's planning there) a kept plan is given at once and
 checked on a thread beside the caller, which meanwhile has Spark analyse the query (the ``stat`` calls and
 Spark's analysis then share the time instead of adding up: 7 ms a 1,800-partition table). The caller plans
-again, checking first, if any check fails (:meth:`LateChecks.held`).
+again, checking first, if any check fails (:meth:`LateChecks.held`). There a caller may also trust a plan
+found alike less than ``check_interval_ms`` ago without checking it again, as Trino trusts its file status
+cache for ``hive.file-status-cache-expire-time``: files written within the interval may be missed until it
+ends.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -53,18 +56,23 @@ _EXCEEDED_FIX = "collect it with a larger max_rows or max_bytes, or with kinds t
 # The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
 _warned_whole: set[str] = set()
 KEPT_PLANS = 64
-_kept_plans: Kept[PlannedScan] = Kept(KEPT_PLANS)  # by (options, schema)
+# The session setting of :func:`checked_later`'s interval, in dynsource.sql (0: every kept plan checked).
+CHECK_INTERVAL_CONF = "spark.dynsource.listingCheckIntervalMs"
+# By (options, schema): the plan, and when its walk was last found alike (time.perf_counter() before the check).
+_kept_plans: Kept[tuple[PlannedScan, float]] = Kept(KEPT_PLANS)
 _CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynsource-check")
 
 
 class LateChecks:
-    """The checks of the plans given again inside one :func:`checked_later`, running beside the caller."""
+    """The checks of the plans given again inside one :func:`checked_later`, running beside the caller; a plan
+    found alike less than ``interval_s`` ago is given without one."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval_s: float = 0.0) -> None:
+        self.interval_s = interval_s
         self._pending: list[Future[bool]] = []
 
-    def submit(self, fs: fsspec.AbstractFileSystem, read: Sequence[tuple[str, directories.Directory]]) -> None:
-        self._pending.append(_CHECKER.submit(directories.read_alike, fs, read))
+    def submit(self, check: Callable[[], bool]) -> None:
+        self._pending.append(_CHECKER.submit(check))
 
     def held(self) -> bool:
         """Whether each plan given again would have been given after its check (waits for the checks)."""
@@ -76,10 +84,11 @@ _late_checks: contextvars.ContextVar[LateChecks | None] = contextvars.ContextVar
 
 
 @contextlib.contextmanager
-def checked_later() -> Iterator[LateChecks]:
-    """Plans made in this thread inside the block give a kept plan before its check ends (see the module's
-    docstring); the caller must not use what it built from them unless :meth:`LateChecks.held`."""
-    checks = LateChecks()
+def checked_later(check_interval_ms: int = 0) -> Iterator[LateChecks]:
+    """Plans made in this thread inside the block give a kept plan before its check ends, or without one when it
+    was found alike less than ``check_interval_ms`` ago (see the module's docstring); the caller must not use
+    what it built from them unless :meth:`LateChecks.held`."""
+    checks = LateChecks(check_interval_ms / 1000)
     token = _late_checks.set(checks)
     try:
         yield checks
@@ -169,19 +178,23 @@ class ScanPlanner:
         options = self.options
         key = None if self._dynamic or options.base_path is not None else (options, self.schema.json())
         kept = _kept_plans.get(key) if key else None
-        if kept is not None and self._given_again(kept):
-            return dataclasses.replace(kept, scan_id=uuid.uuid4().hex, started=started)
+        if kept is not None and self._given_again(key, *kept):
+            return dataclasses.replace(kept[0], scan_id=uuid.uuid4().hex, started=started)
         planned = self._plan(started)
         if key and planned.listing.checkable(self.walk[1].root):
-            _kept_plans.put(key, planned)
+            _kept_plans.put(key, (planned, started))
         return planned
 
-    def _given_again(self, kept: PlannedScan) -> bool:
-        """Whether ``kept`` is given again: once its check passes, or at once inside :func:`checked_later`."""
+    def _given_again(self, key: Hashable, kept: PlannedScan, alike_at: float) -> bool:
+        """Whether ``kept``, found alike at ``alike_at``, is given again: once its check passes, or at once inside
+        :func:`checked_later` (without a check while its interval since ``alike_at`` lasts)."""
         late = _late_checks.get()
+        if late is not None and time.perf_counter() - alike_at < late.interval_s:
+            return True
+        check = functools.partial(_check, self.walk[0], key, kept)
         if late is None:
-            return directories.read_alike(self.walk[0], kept.listing.read)
-        late.submit(self.walk[0], kept.listing.read)
+            return check()
+        late.submit(check)
         return True
 
     @property
@@ -227,6 +240,16 @@ class ScanPlanner:
                 reason = f"the filter exceeded the collector's threshold: {_EXCEEDED_FIX}"
         return PlannedScan(options, schema, scan_id, listing, read_columns, values, data, applied, reason,
                            row_filter, rows_reason, wait_ms, started)
+
+
+def _check(fs: fsspec.AbstractFileSystem, key: Hashable, kept: PlannedScan) -> bool:
+    """Whether ``kept``'s walk would read alike now; if so, it is kept as found alike now (unless replaced)."""
+    began = time.perf_counter()
+    alike = directories.read_alike(fs, kept.listing.read)
+    current = _kept_plans.get(key)
+    if alike and current is not None and current[0] is kept:
+        _kept_plans.put(key, (kept, began))
+    return alike
 
 
 def plan_scan(

@@ -87,6 +87,34 @@ def test_a_plan_given_before_its_check_ends_reports_whether_the_check_held(settl
     assert checks.held()
 
 
+def test_within_its_check_interval_a_plan_found_alike_is_given_without_a_check(settled):
+    first = plan(settled)
+    write(settled / "day=4" / "part-0.parquet", [4])  # a partition added
+    with scanplanner.checked_later(check_interval_ms=60_000) as checks:
+        trusted = plan(settled)
+    assert trusted.listing is first.listing and checks.held()  # no check made, so none failed
+    with scanplanner.checked_later() as checks:  # no interval: checked
+        assert plan(settled).listing is first.listing
+    assert not checks.held()
+    assert plan(settled).values == ((1,), (2,), (3,), (4,))
+
+
+def test_the_check_interval_counts_from_when_the_plan_was_last_found_alike(settled):
+    first = plan(settled)
+    time.sleep(1.1)
+    with scanplanner.checked_later(check_interval_ms=1000) as checks:
+        assert plan(settled).listing is first.listing  # found alike more than a second ago: checked again
+    assert checks.held()
+    write(settled / "day=4" / "part-0.parquet", [4])
+    with scanplanner.checked_later(check_interval_ms=1000) as checks:
+        assert plan(settled).listing is first.listing  # found alike just now: given as found
+    assert checks.held()
+    time.sleep(1.1)
+    with scanplanner.checked_later(check_interval_ms=1000) as checks:
+        plan(settled)
+    assert not checks.held()  # the interval over, the check sees the new partition
+
+
 def test_partitions_added_or_removed_are_planned_anew(settled):
     plan(settled)
     write(settled / "day=4" / "part-0.parquet", [4])

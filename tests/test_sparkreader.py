@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import dynsource
-from dynsource import directories, sparkreader
+from dynsource import directories, scanplanner, sparkreader
 from dynsource.options import ScanOptions
 from tests.helpers import read, read_by_spark, rows
 
@@ -201,6 +201,29 @@ def test_a_plan_given_again_is_read_as_the_same_dataframe_until_the_table_change
         assert rows(first) != rows(read_by_spark(spark, root))
     finally:
         dynsource.drop_table(spark, "reader_again", definitions=definitions)
+
+
+def test_within_the_sessions_check_interval_a_table_is_read_as_found(spark, tmp_path, monkeypatch, definitions):
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))  # kept at once
+    root = write_sales(tmp_path / "sales")
+    time.sleep(0.05)  # past any filesystem clock's tick
+    dynsource.register_table(spark, "reader_interval", path=root, definitions=definitions)
+    query = "SELECT count(*) AS n FROM reader_interval"
+    try:
+        spark.conf.set(scanplanner.CHECK_INTERVAL_CONF, "60000")
+        assert dynsource.sql(spark, query).first().n == 6
+        os.makedirs(f"{root}/day=2024-01-04/region=west")
+        pq.write_table(pa.table({"amount": [7.5], "item": pa.array([4], pa.int32())}),
+                       f"{root}/day=2024-01-04/region=west/part-0.parquet")
+        assert dynsource.sql(spark, query).first().n == 6  # found alike within the interval: read as found
+        spark.conf.set(scanplanner.CHECK_INTERVAL_CONF, "0")
+        assert dynsource.sql(spark, query).first().n == 7  # checked at once: the new partition is read
+        spark.conf.set(scanplanner.CHECK_INTERVAL_CONF, "-1")
+        with pytest.raises(ValueError, match=r"spark\.dynsource\.listingCheckIntervalMs must be a whole number"):
+            dynsource.sql(spark, query)
+    finally:
+        spark.conf.unset(scanplanner.CHECK_INTERVAL_CONF)
+        dynsource.drop_table(spark, "reader_interval", definitions=definitions)
 
 
 def test_a_statement_that_runs_at_once_runs_once_on_the_files_as_they_are(spark, tmp_path, monkeypatch, definitions):
