@@ -148,3 +148,16 @@ def test_the_write_benchmark_checks_both_tables_and_times_both_writers(spark):
 def test_tpcds_double_quoted_names_become_spark_identifiers():
     text = """SELECT count(*) AS "order count", sum(x) ">120 days", 'a "b"' FROM t"""
     assert tpcds.spark_dialect(text) == """SELECT count(*) AS `order count`, sum(x) `>120 days`, 'a "b"' FROM t"""
+
+
+def test_tpcds_summary_gives_the_median_and_the_best_runs_ratios_apart():
+    def result(ratio, best_ratio):
+        return {"ratio": ratio, "best_ratio": best_ratio, "spark_s": 1.0, "dynsource_s": ratio, "equal": True,
+                "spark_runs_s": [1.0], "dynsource_runs_s": [best_ratio], "pruned": [], "spark_error": None,
+                "dynsource_error": None}
+
+    summary = tpcds.summarize({93: result(16.0, 1.2), 42: result(1.0, 1.0), 7: result(0.25, 1.6)})
+    assert summary["over_1_5"] == [93] and summary["best_over_1_5"] == [7]
+    assert summary["geomean_ratio"] == 1.587 and summary["geomean_best_ratio"] == 1.243
+    assert [q for q, *_ in summary["worst_ten"]] == ["q93", "q42", "q7"]
+    assert [q for q, *_ in summary["best_worst_ten"]] == ["q7", "q93", "q42"]
