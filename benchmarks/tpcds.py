@@ -15,12 +15,13 @@ and what dynsource pruned; then the counts (equal, pruned), the geometric mean
 of the ratios, the worst ten.
 
 Besides the ratio of the medians, each query has the ratio of the best runs.
-Some queries take either ~0.1 s or ~2.5 s in either mode (TPC-DS q93, q82,
-q37 at scale 0.1): adaptive execution submits a one-task dimension job and a
-62-task fact job at once, and when the fact job is submitted first, Spark's
-FIFO scheduler runs the dimension after it, although the empty dimension ends
-the query. Which job goes first is a race, about one run in three; the best of
-``--repeat`` runs compares the two modes' work without it.
+Some queries take either ~0.1 s or 2-3 s in either mode: in q93 at scale 0.1,
+adaptive execution submits a one-task dimension job and a 62-task fact job at
+once, and when the fact job is submitted first, Spark's FIFO scheduler runs the
+dimension after it, although its empty result ends the query. Which job goes
+first is a race (q93 was slow in 30 of 90 runs, q37 in 18 and q82 in 13, as
+often in both modes); the best of ``--repeat`` runs compares the two modes'
+work without it.
 
     python -m benchmarks.tpcds --scale 0.1                             # all 99 queries
     python -m benchmarks.tpcds --scale 0.1 --queries 3,7,9 --repeat 5   # some, medians of five runs
