@@ -220,6 +220,7 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
                for a, scan in zip(assignments, report.scans() if assignments else (), strict=True) if scan]
     return {
         "spark_s": round(native_s, 3), "dynsource_s": round(ours_s, 3),
+        "spark_best_s": round(native_best, 3), "dynsource_best_s": round(ours_best, 3),
         "spark_runs_s": [round(t, 3) for t in native_times], "dynsource_runs_s": [round(t, 3) for t in our_times],
         "ratio": round(ours_s / native_s, 3) if native_s else None,
         "best_ratio": round(ours_best / native_best, 3) if native_best else None,
@@ -240,18 +241,20 @@ def summarize(results: dict[int, dict]) -> dict:
         "dynsource_errors": sorted(n for n, r in results.items() if r["dynsource_error"] and not r["spark_error"]),
         "pruned": sum(bool(r["pruned"]) for r in ran.values()),
         "left_to_spark": sum(bool(r.get("left_to_spark")) for r in ran.values()),
-        **_ratio_figures(ran, "ratio", "spark_s", "dynsource_s", ""),
-        **_ratio_figures(ran, "best_ratio", "spark_runs_s", "dynsource_runs_s", "best_"),
+        **_ratio_figures(ran, ""),
+        **_ratio_figures(ran, "best_"),
     }
 
 
-def _ratio_figures(ran: dict[int, dict], ratio: str, spark_s: str, dynsource_s: str, prefix: str) -> dict:
-    ratios = [r[ratio] for r in ran.values() if r.get(ratio)]
-    worst = sorted(ran.items(), key=lambda item: item[1].get(ratio) or 0, reverse=True)[:10]
+def _ratio_figures(ran: dict[int, dict], kind: str) -> dict:
+    """For the ratio of the medians (``kind`` "") or of the best runs ("best_"): geometric mean, over 1.5, worst ten."""
+    ratio, spark_s, dynsource_s = f"{kind}ratio", f"spark_{kind}s", f"dynsource_{kind}s"
+    ratios = [r[ratio] for r in ran.values() if r[ratio]]
+    worst = sorted(ran.items(), key=lambda item: item[1][ratio] or 0, reverse=True)[:10]
     return {
-        f"geomean_{prefix}ratio": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3) if ratios else None,
-        f"{prefix}over_1_5": sorted(n for n, r in ran.items() if (r.get(ratio) or 0) > 1.5),
-        f"{prefix}worst_ten": [(f"q{n}", r.get(ratio), r[spark_s], r[dynsource_s]) for n, r in worst],
+        f"geomean_{ratio}": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3) if ratios else None,
+        f"{kind}over_1_5": sorted(n for n, r in ran.items() if (r[ratio] or 0) > 1.5),
+        f"{kind}worst_ten": [(f"q{n}", r[ratio], r[spark_s], r[dynsource_s]) for n, r in worst],
     }
 
 
