@@ -38,6 +38,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from dynsource import commits, partitions
+from dynsource.watches import Mark, Since, Watches
 
 SETTLE_NS = 2_000_000_000
 KEPT = 100_000  # directories, the least recently used dropped first
@@ -54,11 +55,12 @@ Contents = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, st
 Directory = tuple[tuple[DataFile, ...], tuple[str, ...], tuple[tuple[str, str, str], ...], bool]  # + has records
 
 
-def read(fs: fsspec.AbstractFileSystem, path: str) -> Directory:
+def read(fs: fsspec.AbstractFileSystem, path: str, top: bool = False) -> Directory:
     """The :data:`Contents` of directory ``path``, and whether it holds the commit records' directory; on a local
-    disk, those kept from an earlier walk while the directory and its files stat the same."""
+    disk, those kept from an earlier walk while the directory and its files are unchanged. ``top``: the first
+    directory of a walk, whose parent the walk did not read."""
     if isinstance(fs, LocalFileSystem):
-        return LISTINGS.get(path)
+        return LISTINGS.get(path, top)
     entries = []
     for entry in fs.ls(path, detail=True):
         child = entry["name"].rstrip("/")
@@ -114,6 +116,8 @@ class _Kept:
     file_paths: tuple[str, ...]
     file_stamps: tuple[tuple[int, ...], ...]
     contents: Directory
+    mark: Mark | None  # its watch, if any: then checked by the watch instead of its stamps
+    device: int
 
 
 def stamp(status: os.stat_result) -> tuple[int, ...]:
@@ -122,11 +126,12 @@ def stamp(status: os.stat_result) -> tuple[int, ...]:
 
 
 class DirectoryListings:
-    """Listings of local directories by path, reused while their stamps hold."""
+    """Listings of local directories by path, reused while their watches or their stamps hold."""
 
-    def __init__(self, settle_ns: int = SETTLE_NS, kept: int = KEPT) -> None:
+    def __init__(self, settle_ns: int = SETTLE_NS, kept: int = KEPT, watches: Watches | None = None) -> None:
         self.settle_ns = settle_ns
         self.kept = kept
+        self.watches = watches
         self.reused = 0  # listings served without reading their directory
         self._listings: collections.OrderedDict[str, _Kept] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -134,44 +139,90 @@ class DirectoryListings:
     def __len__(self) -> int:
         return len(self._listings)
 
-    def get(self, path: str) -> Directory:
-        """Local directory ``path`` read by ``os.scandir``, or as kept while it and its data files stat the same."""
+    def get(self, path: str, top: bool = False) -> Directory:
+        """Local directory ``path`` read by ``os.scandir``, or as kept while it and its data files are unchanged
+        (``top``: see :func:`read`)."""
         with self._lock:
             kept = self._listings.get(path)
-        if kept is not None and self._unchanged(path, kept):
-            with self._lock:
-                self._listings.move_to_end(path)
-                self.reused += 1
-            return kept.contents
+        if kept is not None:
+            since = self._since([(path, kept)], top)[0]
+            if since is Since.NOTHING:
+                with self._lock:
+                    self._listings.move_to_end(path)
+                    self.reused += 1
+                return kept.contents
+            if since is Since.MOVED:  # the directories kept under it may be another tree's
+                self._drop_under(path)
         listed_at = time.time_ns()
-        directory = stamp(os.stat(path))  # before reading: a change while it is read shows at the next walk
+        status = os.stat(path)  # before reading: a change while it is read shows at the next walk
+        mark = self.watches.watch(path, status.st_dev) if self.watches is not None else None
+        directory = stamp(status)
         contents, file_paths, file_statuses = _read_local(path)
         file_stamps = tuple(stamp(status) for status in file_statuses)
         settled = listed_at - self.settle_ns
         with self._lock:
-            if all(s[2] < settled and s[3] < settled for s in (directory, *file_stamps)):
-                self._listings[path] = _Kept(directory, tuple(file_paths), file_stamps, contents)
+            if mark is not None or all(s[2] < settled and s[3] < settled for s in (directory, *file_stamps)):
+                self._listings[path] = _Kept(directory, tuple(file_paths), file_stamps, contents, mark, status.st_dev)
                 self._listings.move_to_end(path)
                 while len(self._listings) > self.kept:
-                    self._listings.popitem(last=False)
-            else:
-                self._listings.pop(path, None)
+                    self._forget(self._listings.popitem(last=False)[0])
+            elif self._listings.pop(path, None):
+                self._forget(path)
         return contents
 
     def hold(self, read: Sequence[tuple[str, Directory]]) -> bool:
-        """Whether each (path, contents) of ``read`` is kept as those very contents, its stamps holding."""
+        """Whether each (path, contents) of ``read`` (a walk's, top first) is kept as those very contents,
+        unchanged since."""
         with self._lock:
             kept = [self._listings.get(path) for path, _ in read]
-        return all(entry is not None and entry.contents is held and self._unchanged(path, entry)
-                   for (path, held), entry in zip(read, kept, strict=True))
+        if any(entry is None or entry.contents is not held for (_, held), entry in zip(read, kept, strict=True)):
+            return False
+        entries = [(path, entry) for (path, _), entry in zip(read, kept, strict=True)]
+        return all(since is Since.NOTHING for since in self._since(entries, top=True))
+
+    def _since(self, entries: Sequence[tuple[str, _Kept]], top: bool) -> list[Since]:
+        """What happened to each kept directory (path, kept) since it was read; ``top``: the first one is the top
+        of a walk. A watch follows the directory, not its path, so the top is stat'ed too: a rename above it
+        shows (one below it is an event of a watched directory). A directory found another is
+        :attr:`Since.MOVED`: what is kept under it is dropped."""
+        watched = iter(self.watches.since([kept.mark for _, kept in entries if kept.mark is not None])
+                       if self.watches is not None else ())
+        since = [self._stamped_since(path, kept) if kept.mark is None else next(watched) for path, kept in entries]
+        if top and entries[0][1].mark is not None and since[0] is Since.NOTHING and not _same_directory(*entries[0]):
+            since[0] = Since.MOVED
+        return since
 
     @staticmethod
-    def _unchanged(path: str, kept: _Kept) -> bool:
+    def _stamped_since(path: str, kept: _Kept) -> Since:
         try:
-            return (stamp(os.stat(path)) == kept.stamp
-                    and tuple(stamp(os.stat(file_path)) for file_path in kept.file_paths) == kept.file_stamps)
+            status = os.stat(path)
+            if not _same_directory(path, kept, status):
+                return Since.MOVED
+            unchanged = (stamp(status) == kept.stamp
+                         and tuple(stamp(os.stat(file_path)) for file_path in kept.file_paths) == kept.file_stamps)
         except OSError:  # removed since: listed again, which reports it as a walk does
-            return False
+            return Since.MOVED
+        return Since.NOTHING if unchanged else Since.CHANGED
+
+    def _drop_under(self, path: str) -> None:
+        prefix = path.rstrip("/") + "/"
+        with self._lock:
+            for under in [kept for kept in self._listings if kept.startswith(prefix)]:
+                del self._listings[under]
+                self._forget(under)
+
+    def _forget(self, path: str) -> None:
+        if self.watches is not None:
+            self.watches.forget(path)
 
 
-LISTINGS = DirectoryListings()
+def _same_directory(path: str, kept: _Kept, status: os.stat_result | None = None) -> bool:
+    """Whether ``path`` still names the very directory ``kept`` was read from."""
+    try:
+        status = status or os.stat(path)
+    except OSError:
+        return False
+    return (status.st_dev, status.st_ino) == (kept.device, kept.stamp[0])
+
+
+LISTINGS = DirectoryListings(watches=Watches())

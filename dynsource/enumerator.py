@@ -201,8 +201,8 @@ class PartitionEnumerator:
 
     def _list(self, path: str, listing: Listing) -> directories.Contents:
         """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``."""
+        directory = directories.read(self.fs, path, top=not listing.listed_paths)
         listing.listed_paths.append(path)
-        directory = directories.read(self.fs, path)
         listing.read.append((path, directory))
         files, plain, kv, has_records = directory
         if has_records and path == (self.base or self.root):

@@ -11,6 +11,7 @@ import pytest
 
 from dynsource import directories
 from dynsource.enumerator import PartitionEnumerator
+from dynsource.watches import Watches
 
 
 def write(path, data: bytes = b"x" * 10) -> None:
@@ -23,11 +24,13 @@ def walk(root) -> dict[tuple[str, ...], list[tuple[str, int]]]:
     return {p.raw_values: [(os.path.basename(f.path), f.size) for f in p.files] for p in listing.partitions}
 
 
-@pytest.fixture
-def settled(monkeypatch, tmp_path):
-    """A table of three partitions, each file with a hidden ``.crc`` beside it, and listings kept at once: the
-    test's changes come at least 50 ms after the table was written, past any filesystem clock's tick."""
-    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))
+@pytest.fixture(params=["watched", "stamped"])
+def settled(request, monkeypatch, tmp_path):
+    """A table of three partitions, each file with a hidden ``.crc`` beside it, and listings kept at once (checked
+    by inotify watches, or by stat): the test's changes come at least 50 ms after the table was written, past
+    any filesystem clock's tick."""
+    watches = Watches() if request.param == "watched" else None
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0, watches=watches))
     for day in (1, 2, 3):
         write(tmp_path / f"day={day}" / "part-0.parquet")
         write(tmp_path / f"day={day}" / ".part-0.parquet.crc")
@@ -76,8 +79,53 @@ def test_a_directory_changed_within_the_settle_time_is_listed_at_each_walk(tmp_p
 
 
 def test_the_least_recently_used_listings_are_dropped_past_the_bound(settled, monkeypatch):
-    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0, kept=2))
+    watches = Watches()
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0, kept=2, watches=watches))
     walk(settled)
     walk(settled)
     assert directories.LISTINGS.reused == 0  # the walk's four directories never fit in two: each pushed one out
     assert len(directories.LISTINGS) == 2
+    assert len(watches) == 2  # a dropped listing's watch is removed with it
+
+
+@pytest.mark.parametrize("moved", ["table", "its parent"])
+def test_a_table_renamed_away_and_another_put_at_its_path_is_walked_anew(settled, moved):
+    table = settled / "table"
+    for path in list(settled.iterdir()):
+        shutil.move(path, table / path.name)
+    time.sleep(0.05)
+    walk(table)
+    away = table if moved == "table" else settled  # renaming its parent changes no watched directory
+    shutil.move(away, away.with_name(away.name + "-old"))
+    write(table / "day=1" / "part-0.parquet", b"o" * 5)
+    write(table / "day=2" / "part-7.parquet", b"t" * 6)
+    time.sleep(0.05)
+    assert walk(table) == {("1",): [("part-0.parquet", 5)], ("2",): [("part-7.parquet", 6)]}
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_a_level_moved_aside_and_replaced_is_walked_anew_below_it(tmp_path, monkeypatch, watched):
+    monkeypatch.setattr(directories, "LISTINGS",
+                        directories.DirectoryListings(settle_ns=0, watches=Watches() if watched else None))
+    for day in (1, 2):
+        write(tmp_path / f"day={day}" / "hour=0" / "part-0.parquet")
+    time.sleep(0.05)
+    walk(tmp_path)
+    (tmp_path / "day=1").rename(tmp_path / ".day-1-old")  # its sub-directory keeps its watch, at another path now
+    write(tmp_path / "day=1" / "hour=0" / "part-0.parquet", b"n" * 3)
+    time.sleep(0.05)
+    assert walk(tmp_path) == {("1", "0"): [("part-0.parquet", 3)], ("2", "0"): [("part-0.parquet", 10)]}
+
+
+def test_a_watched_directory_is_kept_at_once_and_a_change_in_the_same_clock_tick_is_seen(tmp_path, monkeypatch):
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(watches=Watches()))
+    write(tmp_path / "day=1" / "part-0.parquet")
+    walk(tmp_path)
+    assert walk(tmp_path) == {("1",): [("part-0.parquet", 10)]} and directories.LISTINGS.reused == 2
+    written = tmp_path / "day=1" / "part-0.parquet"
+    times = os.stat(written)
+    written.write_bytes(b"y" * 10)  # same size, and its times set back: no stamp of it tells
+    os.utime(written, ns=(times.st_atime_ns, times.st_mtime_ns))
+    before = directories.LISTINGS.reused
+    walk(tmp_path)
+    assert directories.LISTINGS.reused - before == 1  # the root alone: the partition was listed again

@@ -16,6 +16,7 @@ from dynsource import commits, directories, scanplanner
 from dynsource.kept import Kept
 from dynsource.options import ScanOptions
 from dynsource.tableschema import infer_schema
+from dynsource.watches import Watches
 
 
 def write(path, values: list[int]) -> None:
@@ -23,11 +24,13 @@ def write(path, values: list[int]) -> None:
     pq.write_table(pa.table({"v": pa.array(values, pa.int64())}), path)
 
 
-@pytest.fixture
-def settled(monkeypatch, tmp_path):
-    """A table of three day partitions, listings kept at once and plans kept afresh; the test's changes come at
-    least 50 ms after the table was written, past any filesystem clock's tick."""
-    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))
+@pytest.fixture(params=["watched", "stamped"])
+def settled(request, monkeypatch, tmp_path):
+    """A table of three day partitions, listings kept at once (checked by inotify watches, or by stat) and plans
+    kept afresh; the test's changes come at least 50 ms after the table was written, past any filesystem clock's
+    tick."""
+    watches = Watches() if request.param == "watched" else None
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0, watches=watches))
     monkeypatch.setattr(scanplanner, "_kept_plans", Kept(scanplanner.KEPT_PLANS))
     for day in (1, 2, 3):
         write(tmp_path / f"day={day}" / "part-0.parquet", [day])
