@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -18,6 +18,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from dynsource import deployment
+from dynsource.kept import Kept
+
+IDENTIFIERS_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,16 @@ class SessionCatalog:
     catalog: Any
     parser: Any
     global_database: str
+    # A TableIdentifier is immutable and parsing one is a JVM call, a warm query's several for each name it reads.
+    identifiers: Kept[Any] = field(default_factory=lambda: Kept(IDENTIFIERS_KEPT), compare=False)
 
     def identifier(self, *parts: str) -> Any:
         """Spark's ``TableIdentifier`` of the name ``parts``."""
-        return self.parser.parseTableIdentifier(quoted(*parts))
+        parsed = self.identifiers.get(parts)
+        if parsed is None:
+            parsed = self.parser.parseTableIdentifier(quoted(*parts))
+            self.identifiers.put(parts, parsed)
+        return parsed
 
 
 def quoted(*parts: str) -> str:

@@ -70,12 +70,19 @@ class LateChecks:
     def __init__(self, interval_s: float = 0.0) -> None:
         self.interval_s = interval_s
         self._pending: list[Future[bool]] = []
+        self._deferred: list[Future[None]] = []
 
     def submit(self, check: Callable[[], bool]) -> None:
         self._pending.append(_CHECKER.submit(check))
 
+    def defer(self, work: Callable[[], None]) -> None:
+        """Run ``work`` beside the caller too (a report's save); :meth:`held` waits for it and raises its error."""
+        self._deferred.append(_CHECKER.submit(work))
+
     def held(self) -> bool:
         """Whether each plan given again would have been given after its check (waits for the checks)."""
+        for work in self._deferred:
+            work.result()
         return all(check.exception() is None and check.result() for check in self._pending)
 
 
@@ -383,8 +390,16 @@ def _report(
         task_filter_bytes=len(row_filter.payload) if row_filter is not None and read_by == "python" else None,
     )
     scan.log()
+    late = _late_checks.get()
+    if late is None:
+        _save(scan, options)
+    else:  # a few ms of file writes, beside Spark's analysis of the query
+        late.defer(functools.partial(_save, scan, options))
+    return scan
+
+
+def _save(scan: report.ScanReport, options: ScanOptions) -> None:
     try:
         report.save(scan, options.filter_store)
     except OSError as error:  # the scan itself is sound: losing its report must not fail the query
         log.warning("dynsource: could not save the report of a scan of '%s': %s", options.path, error)
-    return scan

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import commits, directories, scanplanner
+from dynsource import commits, directories, figures, report, scanplanner
 from dynsource.kept import Kept
 from dynsource.options import ScanOptions
 from dynsource.tableschema import infer_schema
@@ -88,6 +88,21 @@ def test_a_plan_given_before_its_check_ends_reports_whether_the_check_held(settl
     with scanplanner.checked_later() as checks:
         assert plan(settled).listing is planned.listing
     assert checks.held()
+
+
+def test_a_report_recorded_inside_checked_later_is_saved_beside_the_caller_and_by_held(settled, tmp_path_factory):
+    store = tmp_path_factory.mktemp("store")
+    with scanplanner.checked_later() as checks:
+        planned = plan(settled, filterStore=str(store))
+        scanplanner.record(planned, input_partitions=None, task_figures=figures.PLANNED_ONLY, reader=None,
+                           read_by="spark")
+    assert checks.held()
+    saved = report.table_scans(None, str(settled), planned.options.filter_store)
+    assert [scan.scan_id for scan in saved] == [planned.scan_id]
+    with scanplanner.checked_later() as checks:
+        checks.defer(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # a deferred failure is the caller's, as it would have been at once
+        checks.held()
 
 
 def test_within_its_check_interval_a_plan_found_alike_is_given_without_a_check(settled):
