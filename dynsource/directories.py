@@ -10,20 +10,24 @@ directories.
 
 A warm session walks a table at every query, so that files written since are
 read. On a local disk, reading a directory again costs a ``scandir`` and Python
-work on each entry; checking that nothing changed costs a ``stat`` of the
-directory (an entry added, removed or renamed changes its mtime and ctime) and
-of each data file it held (a file rewritten in place changes its size, mtime
-or ctime, not its directory's; one replaced by a rename has another inode). So
-:data:`LISTINGS` keeps each local directory's contents and serves them while
-those stamps hold. On TPC-DS ``store_sales`` (1,823 partition directories,
-3,227 files) a walk takes 21 ms instead of 38 ms.
+work on each entry, so :data:`LISTINGS` keeps each local directory's contents
+and serves them while nothing in it changed. Where :mod:`dynsource.watches` can
+watch the directory (Linux, a local filesystem), the kernel's inotify queue
+says so: checking TPC-DS ``store_sales`` (1,823 partition directories, 3,227
+files) costs 1 ms instead of 20 ms by ``stat``. A watch is made before the
+directory is read, so a change made while it is read shows at the next walk.
 
-A change within the same tick of the filesystem's clock as the listing would
-leave every time stamp as it was, so a directory is kept only when neither it
-nor any of its files changed within ``settle_ns`` before it was listed (git's
-rule for "racily clean" entries); a freshly written directory is listed again
-at each walk until it has settled. ctime, unlike mtime, cannot be set back by a
-tool that preserves times (``rsync -t``, ``touch -d``)."""
+Elsewhere, checking costs a ``stat`` of the directory (an entry added, removed
+or renamed changes its mtime and ctime) and of each data file it held (a file
+rewritten in place changes its size, mtime or ctime, not its directory's; one
+replaced by a rename has another inode). A change within the same tick of the
+filesystem's clock as the listing would leave every time stamp as it was, so
+there a directory is kept only when neither it nor any of its files changed
+within ``settle_ns`` before it was listed (git's rule for "racily clean"
+entries); a freshly written directory is listed again at each walk until it has
+settled. ctime, unlike mtime, cannot be set back by a tool that preserves times
+(``rsync -t``, ``touch -d``). A walk of ``store_sales`` from kept listings
+takes 13 ms with watches, 27 ms by ``stat``, 66 ms reading each directory."""
 
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ def read_alike(fs: fsspec.AbstractFileSystem, read: Sequence[tuple[str, Director
     """Whether each directory of ``read`` (a walk's, with what it held) would be read now as it was then.
 
     Only on a local disk, and only when each is still kept as the very listing read then, and it and its data
-    files stat the same (a directory not settled then was not kept, so it never passes)."""
+    files unchanged since (a directory not settled then and not watched was not kept, so it never passes)."""
     return bool(read) and isinstance(fs, LocalFileSystem) and LISTINGS.hold(read)
 
 

@@ -3,9 +3,9 @@ kernel's inotify queue instead of a ``stat`` of each file.
 
 A warm session checks, at every query, that the directories a kept listing
 read and their data files are as they were. By ``stat`` that is one call per
-directory and per file, 20-30 ms for TPC-DS ``store_sales`` (1,823
+directory and per file, 20 ms for TPC-DS ``store_sales`` (1,823
 directories, 3,227 files). With an inotify watch on each directory read, it is
-one read of a file descriptor: the kernel queues an event when an entry of a
+one read of a file descriptor (1 ms for ``store_sales``): the kernel queues an event when an entry of a
 watched directory is created, deleted, renamed, written, truncated or has its
 times or mode changed, within the call that changes it, so any change that
 returned before the check is in the queue the check reads. Reads queue
