@@ -21,8 +21,8 @@ which injects a runtime Bloom filter only into a scan of at least
 :func:`left_to_spark` skips a filter on partition columns only of such a scan
 whose table is on a local disk: Spark's own dynamic partition pruning prunes
 those partitions at run time from the broadcast it builds for the join, and
-listing every partition of a local table (about 20 ms for 1,800 on two cores,
-from listings kept while the directories stat the same; 40 ms without) costs
+listing every partition of a local table (13-27 ms for 1,800 on two cores,
+from listings kept while the directories are unchanged; 66 ms without) costs
 less than a collection's Spark job (60-100 ms). On an object store the
 listing is what pruning saves, so dynsource collects there.
 :func:`worth_applying` applies the
@@ -99,8 +99,8 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
 
     ``deep=False`` lists the top level only (one listing); ``Survey.columns`` then names its column alone.
     A warm session surveys a table at every query: a deep survey of a local table is kept (the newest
-    ``KEPT_SURVEYS``) and given again while the directories its walk read stat the same (a few ``stat`` calls
-    instead of typing every top-level value again, 2 ms of 1,800 partitions). A shallow one is not: its first
+    ``KEPT_SURVEYS``) and given again while the directories its walk read are unchanged (their watches, or a
+    few ``stat`` calls, instead of typing every top-level value again). A shallow one is not: its first
     branch, walked when asked, is no part of what its walk read.
     """
     fs, root = files.open_table(fact.path, fact.storage_options)
