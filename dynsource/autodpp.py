@@ -129,7 +129,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     except SqlglotError as error:
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
-    detection = _detect(query, tables, spark.catalog.currentDatabase(), parsed, resolved)
+    detection = _detect(query, tables, resolver.current_database, parsed, resolved)
     result.notes += [
         r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals]
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
@@ -149,7 +149,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
                 collections.decline(pruning, why)
         statics = {scan: _static_filter(scan, facts) for scan in by_scan}
         if prepare:
-            _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, result)
+            _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, definitions,
+                                 result)
         _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
     if not detection.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
@@ -157,10 +158,12 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
 
 
 def _prepare_uncollected(spark: SparkSession, scans: Sequence[starjoin.FactScan],
-                         statics: Mapping[starjoin.FactScan, str | None], result: Plan) -> None:
-    """Read each of ``scans``, which no collected filter prunes, with its ``statics`` partitionFilter, into
-    ``result.prepared`` (its listing overlaps the collections). Scans of one table with the same partitionFilter
-    and columns share one read (TPC-DS q9 scans store_sales fifteen times): Spark reads each where it stands."""
+                         statics: Mapping[starjoin.FactScan, str | None],
+                         definitions: Mapping[str, catalog.TableDefinition], result: Plan) -> None:
+    """Read each of ``scans``, which no collected filter prunes, with its ``statics`` partitionFilter and its table's
+    definition as resolved, into ``result.prepared`` (its listing overlaps the collections). Scans of one table with
+    the same partitionFilter and columns share one read (TPC-DS q9 scans store_sales fifteen times): Spark reads
+    each where it stands."""
     placeholders: dict[tuple, str] = {}
     for scan in scans:
         static = statics[scan]
@@ -168,7 +171,7 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[starjoin.FactScan]
         if read not in placeholders:
             try:
                 df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
-                                        scan.columns)
+                                        scan.columns, definitions[scan.table])
             except Exception:  # Plan.run reads it again and raises the error there, as without prepare
                 continue
             placeholders[read] = result.frames.add("fact", df)

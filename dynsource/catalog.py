@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from dynsource import figures, logs, schemas, sparkreader
 from dynsource.filterstore import FilterStore
+from dynsource.kept import Kept
 from dynsource.metastore import in_catalog
 from dynsource.options import OPTION_NAMES, ScanOptions
 from dynsource.source import DynsourceDataSource
@@ -46,6 +47,8 @@ _SUFFIX = ".json"
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 # Where this process registered each table's source, for tables stored outside the default location.
 _locations: dict[str, str] = {}
+# Definitions parsed, by table, location and stored bytes: a query reads its tables' definitions two or three times.
+_parsed: Kept[TableDefinition] = Kept(256)
 
 
 class TableDefinitionError(ValueError):
@@ -276,7 +279,8 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
 
 
 def read_table(
-    spark: SparkSession, name: str, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
+    spark: SparkSession, name: str, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None,
+    definition: TableDefinition | None = None,
 ) -> DataFrame:
     """Registered table ``name`` read with ``options`` over the stored ones, by the reader option ``reader``
     chooses: Spark's file source handed the files dynsource plans now (:mod:`dynsource.sparkreader`), or the
@@ -289,12 +293,14 @@ def read_table(
     Spark: a query naming the table again (or a temporary view of this DataFrame
     used next to another reference) cannot swap in another reference's options.
 
+    ``definition`` is the table's, as the caller has just read it (else it is read now).
+
     Raises
     ------
     TableDefinitionError
         ``name`` is not a registered dynsource table (no definition).
     """
-    definition = load_definition(spark, name)
+    definition = definition or load_definition(spark, name)
     options = dict(options or {})
     return sparkreader.read_by_choice(spark, SOURCE_PREFIX + definition.table, options,
                                       definition.scan_options.with_options(options), definition.schema, columns)
@@ -314,7 +320,12 @@ def read_definition(table: str, location: str) -> TableDefinition:
         raise TableDefinitionError(
             f"The dynsource definition of table '{table}' at '{_url(location, table)}' cannot be read: {error}"
         ) from None
-    return TableDefinition.from_json(table, location, blob)
+    key = (table, location, blob)
+    definition = _parsed.get(key)
+    if definition is None:
+        definition = TableDefinition.from_json(table, location, blob)
+        _parsed.put(key, definition)
+    return definition
 
 
 def definitions_location(spark: SparkSession, definitions: str | None = None) -> str:

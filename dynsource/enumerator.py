@@ -56,6 +56,16 @@ class Listing:
     def directories_pruned(self) -> int:
         return sum(self.pruned.values())
 
+    @functools.cached_property
+    def files(self) -> tuple[DataFile, ...]:
+        """The kept partitions' data files, in order, of the finished enumeration (a kept plan's report counts them
+        at every query that is given it again)."""
+        return tuple(f for p in self.partitions for f in p.files)
+
+    @functools.cached_property
+    def files_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
     @property
     def leaf_total(self) -> int | None:
         """The table's leaf partitions, when the walk knows them: nothing was pruned above the leaf level.

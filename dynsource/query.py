@@ -41,7 +41,6 @@ from typing import Any
 
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
@@ -253,7 +252,7 @@ def table_options(query: str) -> list[TableOptions]:
     cannot read (an unclosed string or comment) has none: Spark reports it.
     """
     try:
-        tokens = Dialect.get_or_raise("spark").tokenize(query)
+        tokens = sqltree.tokens(query)
     except SqlglotError:
         return []
     found = []

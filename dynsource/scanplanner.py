@@ -127,7 +127,7 @@ class PlannedScan:
 
     @property
     def file_paths(self) -> list[str]:
-        return [f.path for p in self.listing.partitions for f in p.files]
+        return [f.path for f in self.listing.files]
 
     def input_partitions(self) -> list[splits.SplitGroup]:
         """The kept files packed for the Python reader, as Spark's ``FilePartition`` packs them."""
@@ -348,7 +348,6 @@ def _report(
     task_figures: figures.Channel | figures.Unavailable, read_by: str,
 ) -> report.ScanReport:
     options, data, listing, row_filter = planned.options, planned.data, planned.listing, planned.row_filter
-    kept_files = [f for p in listing.partitions for f in p.files]
     # Row figures come from the Python reader's tasks only; Spark's reader counts none that reach dynsource.
     counted = row_filter is not None and read_by == "python"
     scan = report.ScanReport(
@@ -362,8 +361,8 @@ def _report(
         filtering=planned.dynamic and planned.reason is None,
         partitions_total=listing.leaf_total,
         partitions_kept=len(listing.partitions),
-        files_kept=len(kept_files),
-        bytes_kept=sum(f.size for f in kept_files),
+        files_kept=len(listing.files),
+        bytes_kept=listing.files_bytes,
         listings=len(listing.listed_paths),
         input_partitions=input_partitions,
         planning_ms=round((time.perf_counter() - planned.started) * 1000, 1),

@@ -129,7 +129,7 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
         return kept[1]
     if not paths:
         return spark.createDataFrame([], _projected(table_schema, columns))
-    df = _listed(spark, options, table_schema, paths, [f.size for p in planned.listing.partitions for f in p.files])
+    df = _listed(spark, options, table_schema, paths, [f.size for f in planned.listing.files])
     predicate = _data_column_predicate(planned, _in_list_cap(spark, options))
     if predicate is not None:
         df = df.where(predicate)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.errors import ParseException
+from pyspark.errors import AnalysisException, ParseException
 
 import dynsource
 
@@ -78,6 +78,18 @@ def test_a_temporary_view_shadows_a_registered_table_of_the_same_name(spark, sal
     assert PRUNED_TO_TWO_DATES in str(dynsource.scan_report(df))
 
 
+def test_a_temporary_view_replaced_under_its_name_is_resolved_with_its_new_columns(spark, sales):
+    query = "SELECT count(*), sum(v) FROM sales JOIN days ON date_key = {key} WHERE chosen"
+    try:
+        for key in ("d", "day", "d"):  # the same view name, its key column renamed and back
+            spark.table("dates").withColumnRenamed("d", key).createOrReplaceTempView("days")
+            same_as_spark(spark, query.format(key=key))
+            df = dynsource.sql(spark, query.format(key=key))
+            assert PRUNED_TO_TWO_DATES in str(dynsource.scan_report(df))
+    finally:
+        spark.catalog.dropTempView("days")
+
+
 def test_temporary_views_of_sql_text_are_read_as_spark_reads_them(spark, sales):
     # A view of SQL text holds no analysed plan (its schema comes from Spark's analysis); a view of a DataFrame
     # does. Both as the dimension, and as a view shadowing the registered table.
@@ -132,14 +144,22 @@ def test_databases_current_and_qualified_and_global_views(spark, sales):
         spark.sql("DROP DATABASE IF EXISTS names_other CASCADE")
 
 
-def test_a_table_replaced_by_another_source_keeps_no_dynsource_reading(spark, sales, tmp_path):
+@pytest.mark.parametrize("replacement", ["parquet table", "view", "nothing"])
+def test_a_table_replaced_by_another_source_keeps_no_dynsource_reading(spark, sales, tmp_path, replacement):
     pq.write_table(pa.table({"v": [1, 2], "date_key": [DATES[0], DATES[0]]}), str(tmp_path / "part-0.parquet"))
     spark.sql("CREATE DATABASE IF NOT EXISTS names_stale")
     try:
         dynsource.register_table(spark, "names_stale.sales", path=str(sales["root"] / "sales"),
                                  definitions=sales["definitions"])
         spark.sql("DROP TABLE names_stale.sales")  # by SQL: dynsource's definition stays behind
-        spark.sql(f"CREATE TABLE names_stale.sales USING parquet LOCATION '{tmp_path}'")
+        if replacement == "nothing":
+            with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
+                dynsource.sql(spark, "SELECT count(*) FROM names_stale.sales")
+            return
+        if replacement == "view":  # a view records no provider
+            spark.sql(f"CREATE VIEW names_stale.sales AS SELECT * FROM parquet.`{tmp_path}`")
+        else:
+            spark.sql(f"CREATE TABLE names_stale.sales USING parquet LOCATION '{tmp_path}'")
         assert same_as_spark(spark, "SELECT count(*), sum(v) FROM names_stale.sales") == [(2, 3)]
         same_as_spark(spark, "SELECT count(*) FROM names_stale.sales JOIN dates ON date_key = d")
     finally:
