@@ -38,6 +38,7 @@ class SessionCatalog:
     global_database: str
     # A TableIdentifier is immutable and parsing one is a JVM call, a warm query's several for each name it reads.
     identifiers: Kept[Any] = field(default_factory=lambda: Kept(IDENTIFIERS_KEPT), compare=False)
+    # Each temporary view's schema as last seen: the JVM's schema object and its parsed copy.
     view_schemas: Kept[tuple[Any, StructType]] = field(default_factory=lambda: Kept(IDENTIFIERS_KEPT), compare=False)
 
     def identifier(self, *parts: str) -> Any:
