@@ -87,7 +87,7 @@ class Survey:
 
     def sample(self, columns: Sequence[str]) -> pa.Table | None:
         """``columns`` of the first data file of the first branch, or None when the table has none."""
-        first = next((f.path for p in self.first_branch.partitions for f in p.files), None)
+        first = next((f.path for f in self.first_branch.files), None)
         if first is None:
             return None
         fs, _ = files.open_table(self.fact.path, self.fact.storage_options)

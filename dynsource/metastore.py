@@ -131,11 +131,11 @@ def provider(spark: SparkSession, table: str) -> str | None:
 
 def _recorded_provider(session: SessionCatalog, table: str) -> str | None:
     identifier = session.identifier(*table.split("."))
-    try:  # three JVM calls for a table with a provider, as every data source table has
+    try:  # three JVM calls: a data source table always records its provider
         return session.catalog.getTableMetadata(identifier).provider().get()
-    except (Py4JJavaError, AnalysisException):  # no such table (NoSuchTableException), or no provider (a Hive table)
-        pass
-    if not session.catalog.tableExists(identifier):
+    except AnalysisException:  # no such table or database
         return None
-    recorded = session.catalog.getTableMetadata(identifier).provider()
-    return recorded.get() if recorded.isDefined() else None
+    except Py4JJavaError as error:
+        if error.java_exception.getClass().getName() == "java.util.NoSuchElementException":
+            return None  # no provider recorded: a view, a Hive table
+        raise

@@ -311,7 +311,7 @@ def _warn_whole_table(options: ScanOptions, table: str | None, listing: Listing)
 def _check_data_columns(schema: StructType, listing: Listing, fs: Any, options: ScanOptions) -> None:
     """A requested column must be a partition column or stored in the first kept file (with ``mergeSchema`` files
     may lack columns, which then read as null, as in Spark)."""
-    first = next((f.path for p in listing.partitions for f in p.files), None)
+    first = next((f.path for f in listing.files), None)
     wanted = [f.name for f in schema.fields if f.name not in listing.columns]
     if first is None or not wanted or options.merge_schema:
         return

@@ -30,7 +30,7 @@ and anti joins, a fact side an outer join preserves, and anything else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -129,7 +129,7 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         Never raises for a query it cannot handle: it refuses, saying why.
     """
     try:
-        tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(query)
+        tokens = sqltree.tokens(query)
         parsed = parsed or sqlglot.parse_one(query, read="spark")
         aliased = {sqltree.start(table) for table in parsed.find_all(exp.Table) if table.alias}
         star = any(not isinstance(star.parent, exp.Count) for star in parsed.find_all(exp.Star))
@@ -160,7 +160,7 @@ class _Statement(NamedTuple):
     aliased: set[int]  # text positions of the table names written with an alias
     root: exp.Expression  # the qualified statement
     star: bool  # the text selects a * somewhere (count(*) aside), which qualify() expanded
-    tokens: list[Token]  # of the text, for the spans of parenthesised sources
+    tokens: Sequence[Token]  # of the text, for the spans of parenthesised sources
 
 
 class _Equality(NamedTuple):

@@ -41,7 +41,7 @@ def infer_schema(options: ScanOptions) -> StructType:
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
     """Data columns of the first data file (of them all with ``mergeSchema``), then the partition columns, as
     ``spark.read.parquet`` gives them."""
-    paths = [f.path for p in listing.partitions for f in p.files]
+    paths = [f.path for f in listing.files]
     if not paths:
         raise ValueError(f"Option 'path': table '{options.path}' has no data files, so its schema cannot be inferred.")
     data = _stored_schema(paths, fs, options)
@@ -57,7 +57,7 @@ def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
     with ``mergeSchema``, the whole walk and every file (see :func:`schemas.check_declared`)."""
     fs, walk = table_walk(options)
     listing = walk.enumerate() if options.merge_schema else walk.enumerate(first_branch)
-    paths = [f.path for p in listing.partitions for f in p.files][: None if options.merge_schema else 1]
+    paths = [f.path for f in listing.files][: None if options.merge_schema else 1]
     stored = _stored_schema(paths, fs, options) if paths else None
     one_file = paths and not options.merge_schema
     stored_in = f"data file '{paths[0]}'" if one_file else f"the data files of '{options.path}'"
