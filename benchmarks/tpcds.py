@@ -6,7 +6,10 @@ is written Hive-partitioned by its date key with Spark; the dimensions are plain
 Parquet. ``spark.sql`` reads the facts as temporary views of ``spark.read.parquet``
 made once (their listing cached, Spark's DPP on); ``dynsource.sql`` reads them as
 registered dynsource tables. Each query runs once untimed in each mode (a warm-up)
-and then ``--repeat`` times timed (default once; the median is kept), the modes
+and then ``--repeat`` times timed (default once; the median is kept), or more,
+up to ``MAX_RUNS``, until each mode's timed runs add up to ``--min-seconds``: a
+query of 0.1 s moves ±30% from run to run, and the median of many runs tells
+the two modes apart where that of two cannot (timeit's autorange). The modes are
 interleaved, each run starting when no Spark stage is left running from the one
 before; the results are compared without regard to order. Eight query texts
 name columns in double quotes, which Spark reads as strings: they are given
@@ -25,6 +28,7 @@ work without it.
 
     python -m benchmarks.tpcds --scale 0.1                             # all 99 queries
     python -m benchmarks.tpcds --scale 0.1 --queries 3,7,9 --repeat 5   # some, medians of five runs
+    python -m benchmarks.tpcds --scale 0.1 --repeat 2 --min-seconds 5  # short queries run until 5 s a mode
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pathlib import Path
 from benchmarks.run import FILTERING_FIGURES
 
 IDLE_WAIT_S = 120
+MAX_RUNS = 15  # timed runs per query and mode at most, however short the query (--min-seconds)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
 # Each fact table and the date key it is partitioned by.
@@ -134,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per query and mode, their median kept")
+    parser.add_argument("--min-seconds", type=float, default=0.0,
+                        help=f"more timed runs (up to {MAX_RUNS}) until each mode's add up to this many seconds")
     parser.add_argument("--reader", choices=("auto", "python"), default="auto",
                         help="the registered facts' reader option (python: the read tasks count row groups and rows)")
     parser.add_argument("--pruning", choices=("auto", "collect"), default="auto",
@@ -167,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     chosen = [int(q) for q in args.queries.split(",") if q] or sorted(texts)
     results = {}
     for number in chosen:
-        results[number] = compare(spark, texts[number].strip().rstrip(";"), native_views, args.repeat)
+        results[number] = compare(spark, texts[number].strip().rstrip(";"), native_views, args.repeat,
+                                  args.min_seconds)
         result = results[number]
         print(f"q{number}: spark {result['spark_s']:.2f} s, dynsource {result['dynsource_s']:.2f} s, "
               f"ratio {result['ratio']} (best runs {result['best_ratio']}), equal {result['equal']}, "
@@ -187,10 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     spark.stop()
 
 
-def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
+def compare(spark, text: str, native_views: dict, repeat: int = 1, min_seconds: float = 0.0) -> dict:
     """One query through spark.sql (the facts as temporary views of the same Parquet) and through
-    dynsource.sql (the registered facts): the median of ``repeat`` timed runs each after an untimed one,
-    interleaved (every run's time kept, the untimed first), and whether their rows agree."""
+    dynsource.sql (the registered facts): the median of ``repeat`` timed runs each after an untimed one, or of more
+    (up to ``MAX_RUNS``) until each mode's add up to ``min_seconds``, interleaved (every run's time kept, the
+    untimed first), and whether their rows agree."""
     import dynsource
     from dynsource import benefit
 
@@ -201,8 +210,8 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
         frames["df"] = dynsource.sql(spark, text)
         return comparable(frames["df"].collect())
 
-    native_times, our_times = [], []
-    for _ in range(repeat + 1):
+    native_times, our_times, failed = [], [], False
+    while _more_runs(native_times, our_times, repeat, 0.0 if failed else min_seconds):
         for name, df in native_views.items():  # the native facts shadow the registered tables by temporary views
             df.createOrReplaceTempView(name)
         native_s, native_rows, native_error = run_query(spark, native)
@@ -211,6 +220,7 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
         ours_s, our_rows, our_error = run_query(spark, ours)
         native_times.append(native_s)
         our_times.append(ours_s)
+        failed = bool(native_error or our_error)
     native_s, ours_s = statistics.median(native_times[1:]), statistics.median(our_times[1:])
     native_best, ours_best = min(native_times[1:]), min(our_times[1:])
     report = dynsource.scan_report(frames["df"]) if "df" in frames else None
@@ -228,6 +238,15 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1) -> dict:
         "left_to_spark": benefit.LEFT_TO_SPARK in str(report),
         "not_applied": list(getattr(report, "notes", ())), "spark_error": native_error, "dynsource_error": our_error,
     }
+
+
+def _more_runs(native_times: list[float], our_times: list[float], repeat: int, min_seconds: float) -> bool:
+    """Whether to run once more: the untimed run and ``repeat`` timed ones first, then up to ``MAX_RUNS`` timed ones
+    while either mode's add up to less than ``min_seconds``."""
+    timed = len(native_times) - 1
+    if timed < repeat:
+        return True
+    return timed < MAX_RUNS and min(sum(native_times[1:]), sum(our_times[1:])) < min_seconds
 
 
 def summarize(results: dict[int, dict]) -> dict:
