@@ -42,10 +42,12 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from dynsource import commits, partitions
+from dynsource.kept import Kept
 from dynsource.watches import Mark, Since, Watches
 
 SETTLE_NS = 2_000_000_000
 KEPT = 100_000  # directories, the least recently used dropped first
+HELD_KEPT = 256  # walks' reads that held on watches alone (see DirectoryListings.hold)
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,9 @@ class DirectoryListings:
         self.watches = watches
         self.reused = 0  # listings served without reading their directory
         self._listings: collections.OrderedDict[str, _Kept] = collections.OrderedDict()
+        self._version = 0  # counts each listing kept, replaced or dropped
+        # By id: a walk's read that held on watches alone, kept with it, and the state it held at (see hold()).
+        self._held: Kept[tuple[Sequence[tuple[str, Directory]], tuple]] = Kept(HELD_KEPT)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -165,6 +170,7 @@ class DirectoryListings:
         file_stamps = tuple(stamp(status) for status in file_statuses)
         settled = listed_at - self.settle_ns
         with self._lock:
+            self._version += 1
             if mark is not None or all(s[2] < settled and s[3] < settled for s in (directory, *file_stamps)):
                 self._listings[path] = _Kept(directory, tuple(file_paths), file_stamps, contents, mark, status.st_dev)
                 self._listings.move_to_end(path)
@@ -176,13 +182,32 @@ class DirectoryListings:
 
     def hold(self, read: Sequence[tuple[str, Directory]]) -> bool:
         """Whether each (path, contents) of ``read`` (a walk's, top first) is kept as those very contents,
-        unchanged since."""
+        unchanged since.
+
+        Where every directory of ``read`` is watched, a pass is remembered with the state it was found at: no
+        listing kept, replaced or dropped since and no event read from the queue since means the same answer, so
+        the next check costs a ``stat`` of the top directory instead of a look at each (3 ms of Python for TPC-DS
+        ``store_sales``' 1,824 directories, held against the query's own work)."""
+        state = self._state()  # before the look: anything after it shows as another state next time
+        last = self._held.get(id(read))
+        if last is not None and last[0] is read and last[1] == state:
+            with self._lock:
+                top = self._listings.get(read[0][0])
+            return top is not None and _same_directory(read[0][0], top)
         with self._lock:
             kept = [self._listings.get(path) for path, _ in read]
         if any(entry is None or entry.contents is not held for (_, held), entry in zip(read, kept, strict=True)):
             return False
         entries = [(path, entry) for (path, _), entry in zip(read, kept, strict=True)]
-        return all(since is Since.NOTHING for since in self._since(entries, top=True))
+        alike = all(since is Since.NOTHING for since in self._since(entries, top=True))
+        if alike and all(entry.mark is not None for entry in kept):
+            self._held.put(id(read), (read, state))
+        return alike
+
+    def _state(self) -> tuple:
+        with self._lock:
+            version = self._version
+        return version, self.watches.state() if self.watches is not None else None
 
     def _since(self, entries: Sequence[tuple[str, _Kept]], top: bool) -> list[Since]:
         """What happened to each kept directory (path, kept) since it was read; ``top``: the first one is the top
@@ -213,6 +238,7 @@ class DirectoryListings:
         with self._lock:
             for under in [kept for kept in self._listings if kept.startswith(prefix)]:
                 del self._listings[under]
+                self._version += 1
                 self._forget(under)
 
     def _forget(self, path: str) -> None:

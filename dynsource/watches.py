@@ -82,6 +82,7 @@ class Watches:
         self._paths: collections.Counter[int] = collections.Counter()  # by watch: the paths reaching it
         self._changes: dict[int, int] = {}
         self._moves: dict[int, int] = {}
+        self._events = 0  # read from the queue, of any kind
         self._local: dict[int, bool] = {}  # by st_dev
 
     def __len__(self) -> int:
@@ -120,6 +121,14 @@ class Watches:
             return Since.MOVED
         return Since.NOTHING if self._changes.get(mark.wd) == mark.changes else Since.CHANGED
 
+    def state(self) -> tuple[int, int, int]:
+        """What every :meth:`since` answer depends on, the queue read first: equal states mean equal answers for
+        the same marks, so a caller that saw nothing happen at one state knows nothing happened at an equal one."""
+        with self._lock:
+            if self._pid == os.getpid():  # a forked child must not read its parent's queue
+                self._drain()
+            return os.getpid(), self._epoch, self._events
+
     def forget(self, path: str) -> None:
         """Stop watching ``path`` (its listing is no longer kept)."""
         with self._lock:
@@ -139,6 +148,7 @@ class Watches:
         if self._inotify is None:
             return
         for event in self._inotify.read(timeout=0):
+            self._events += 1
             if event.mask & flags.Q_OVERFLOW:
                 self._epoch += 1
             elif event.mask & _GONE:

@@ -129,3 +129,55 @@ def test_a_watched_directory_is_kept_at_once_and_a_change_in_the_same_clock_tick
     before = directories.LISTINGS.reused
     walk(tmp_path)
     assert directories.LISTINGS.reused - before == 1  # the root alone: the partition was listed again
+
+
+def held_twice(root) -> tuple:
+    """A walk's read of ``root`` that held twice (so the second pass was remembered), and its filesystem."""
+    fs = fsspec.filesystem("file")
+    read = PartitionEnumerator(fs, str(root)).enumerate().read
+    assert directories.read_alike(fs, read) and directories.read_alike(fs, read)
+    return fs, read
+
+
+def rename_parent(root) -> None:
+    """The table moved away with its parent, and another put at its path: no watched directory queues an event."""
+    parent = root.parent
+    shutil.move(parent, parent.with_name(parent.name + "-old"))
+    write(root / "day=1" / "part-0.parquet", b"o" * 5)
+
+
+CHANGES = {
+    "a file written": lambda root: write(root / "day=2" / "part-1.parquet"),
+    "a file rewritten in place": lambda root: (root / "day=3" / "part-0.parquet").write_bytes(b"z" * 10),
+    "a partition removed": lambda root: shutil.rmtree(root / "day=1"),
+    "the table's parent moved away and another table put at its path": rename_parent,
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_read_that_held_on_watches_is_remembered_and_any_change_after_is_still_seen(tmp_path, monkeypatch, change):
+    monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0, watches=Watches()))
+    root = tmp_path / "parent" / "table"
+    for day in (1, 2, 3):
+        write(root / f"day={day}" / "part-0.parquet")
+    time.sleep(0.05)
+    fs, read = held_twice(root)
+    assert directories.read_alike(fs, read)  # nothing changed: the remembered pass
+    CHANGES[change](root)
+    assert not directories.read_alike(fs, read)
+    assert not directories.read_alike(fs, read)  # and not remembered as held
+
+
+def test_a_read_is_remembered_only_while_its_listings_are_the_ones_kept(settled, monkeypatch, tmp_path_factory):
+    fs, read = held_twice(settled)
+    other = tmp_path_factory.mktemp("other")  # another table's walk lists directories: the pass is looked at again
+    write(other / "day=1" / "part-0.parquet")
+    time.sleep(0.05)
+    walk(other)
+    assert directories.read_alike(fs, read)
+    monkeypatch.setattr(directories.LISTINGS, "kept", 2)
+    more = tmp_path_factory.mktemp("more")
+    write(more / "day=1" / "part-0.parquet")
+    time.sleep(0.05)
+    walk(more)  # its two directories, listed, push this table's listings out
+    assert not directories.read_alike(fs, read)
