@@ -56,6 +56,8 @@ from dynsource.scanplanner import plan_scan
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256
 _detections: Kept[starjoin.Detection] = Kept(DETECTIONS_KEPT)
+# By text: whether it is a query, and each table reference's name parts (see _shape).
+_shapes: Kept[tuple[bool, tuple[tuple[str, ...], ...]]] = Kept(DETECTIONS_KEPT)
 
 
 @dataclass
@@ -123,13 +125,13 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
     resolver = names.Resolver(spark, result.frames.frames)
     try:
-        parsed = sqlglot.parse_one(query, read="spark")
-        result.is_query = sqltree.is_query(parsed)
-        tables, definitions, resolved = _table_infos(parsed, resolver)
+        result.is_query, references = _shape(query)
     except SqlglotError as error:
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
-    detection = _detect(query, tables, resolver.current_database, parsed, resolved)
+    relations = [resolver.resolve(parts) for parts in references]
+    tables, definitions = _table_infos(relations)
+    detection = _detect(query, tables, resolver.current_database, relations)
     result.notes += [
         r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals]
     by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
@@ -317,37 +319,52 @@ def _read_as_planned(spark: SparkSession, resolver: names.Resolver, frames: Fram
     return parsed.sql("spark") if replaced else text
 
 
-def _detect(query: str, tables: Mapping[str, starjoin.TableInfo], database: str, parsed: sqlglot.exp.Expression,
-            resolved: tuple[str | None, ...]) -> starjoin.Detection:
-    """:func:`starjoin.detect`, given again for a text detected before with each table reference ``resolved`` to the
-    same relation, of the same columns and types, in the same current ``database``: a warm session runs the same
-    texts again, and detection depends on nothing else (3-15 ms of a TPC-DS query's, sqlglot's qualification)."""
+def _detect(query: str, tables: Mapping[str, starjoin.TableInfo], database: str,
+            relations: Sequence[names.Relation | None]) -> starjoin.Detection:
+    """:func:`starjoin.detect`, given again for a text detected before with each table reference resolved to the
+    same ``relations`` (None: another catalog, or a name Spark will report as missing), of the same columns and
+    types, in the same current ``database``: a warm session runs the same texts again, and detection depends on
+    nothing else (3-15 ms of a TPC-DS query's, sqlglot's qualification)."""
+    resolved = tuple(relation.key if relation is not None else None for relation in relations)
     key = (query, database, resolved,
            tuple((name, tuple(info.columns.items()), info.dynsource) for name, info in tables.items()))
     detection = _detections.get(key)
     if detection is None:
+        parsed = sqlglot.parse_one(query, read="spark")
+        for table, relation in zip(names.references(parsed), relations, strict=True):
+            if relation is not None:  # named as the analysis names it
+                sqltree.resolve_as(table, relation.database)
         detection = starjoin.detect(query, tables, database, parsed)
         _detections.put(key, detection)
     return detection
 
 
-def _table_infos(parsed: sqlglot.exp.Expression, resolver: names.Resolver) -> tuple[
-        dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition], tuple[str | None, ...]]:
-    """What each table reference of ``parsed`` resolves to, as Spark resolves it, by the qualified lower-case name
-    the analysis gives it (which it sets on the reference); the definitions of the dynsource tables; and each
-    reference's name in turn (None: another catalog, or a name Spark will report as missing)."""
-    infos, definitions, resolved = {}, {}, []
-    for table in names.references(parsed):
-        relation = resolver.resolve(tuple(part.name for part in table.parts))
-        resolved.append(relation.key if relation is not None else None)
+def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
+    """Whether ``query`` is a query (not INSERT, CACHE, ...), and the name parts of each of its table references in
+    turn; parsed once per text (1-10 ms of sqlglot's for a TPC-DS query, its parse and scopes)."""
+    shape = _shapes.get(query)
+    if shape is None:
+        parsed = sqlglot.parse_one(query, read="spark")
+        shape = (sqltree.is_query(parsed),
+                 tuple(tuple(part.name for part in table.parts) for table in names.references(parsed)))
+        _shapes.put(query, shape)
+    return shape
+
+
+def _table_infos(relations: Sequence[names.Relation | None]) -> tuple[
+        dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition]]:
+    """What the table references resolve to (``relations``, as Spark resolves them; None: another catalog, or a
+    name Spark will report as missing), by the qualified lower-case name the analysis gives them; and the
+    definitions of the dynsource tables."""
+    infos, definitions = {}, {}
+    for relation in relations:
         if relation is None:
             continue
-        sqltree.resolve_as(table, relation.database)
         if relation.definition is not None:
             definitions[relation.key] = relation.definition
         infos[relation.key] = starjoin.TableInfo({f.name: f.dataType.simpleString() for f in relation.schema.fields},
                                                  relation.definition is not None)
-    return infos, definitions, tuple(resolved)
+    return infos, definitions
 
 
 def _scan_name(scan: starjoin.FactScan) -> str:

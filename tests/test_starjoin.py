@@ -251,13 +251,17 @@ def test_a_dimension_filtered_by_a_subquery_is_told_apart_from_an_unfiltered_one
 
 
 def test_a_detection_is_given_again_only_for_the_same_text_resolved_to_the_same_tables():
+    from pyspark.sql.types import StructType
+
     from dynsource import autodpp
+    from dynsource.names import Relation
 
     query = "SELECT d_moy FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000"
     resolved = ("default.store_sales", "default.date_dim")
 
     def detected(tables=TABLES, text=query, database="default", references=resolved):
-        return autodpp._detect(text, tables, database, sqlglot.parse_one(text, read="spark"), references)
+        relations = [None if key is None else Relation(*key.split("."), StructType()) for key in references]
+        return autodpp._detect(text, tables, database, relations)
 
     first = detected()
     assert detected() is first and len(first.prunings) == 1
