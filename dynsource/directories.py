@@ -140,7 +140,7 @@ class DirectoryListings:
         self.watches = watches
         self.reused = 0  # listings served without reading their directory
         self._listings: collections.OrderedDict[str, _Kept] = collections.OrderedDict()
-        self._version = 0  # counts each listing kept, replaced or dropped
+        self._version = 0  # counts each directory read (its listing kept, replaced or not) and each dropped
         # By id: a walk's read that held on watches alone, kept with it, and the state it held at (see hold()).
         self._held: Kept[tuple[Sequence[tuple[str, Directory]], tuple]] = Kept(HELD_KEPT)
         self._lock = threading.Lock()
@@ -185,7 +185,7 @@ class DirectoryListings:
         unchanged since.
 
         Where every directory of ``read`` is watched, a pass is remembered with the state it was found at: no
-        listing kept, replaced or dropped since and no event read from the queue since means the same answer, so
+        directory read and no listing dropped since and no event read from the queue since means the same answer, so
         the next check costs a ``stat`` of the top directory instead of a look at each (3 ms of Python for TPC-DS
         ``store_sales``' 1,824 directories, held against the query's own work)."""
         state = self._state()  # before the look: anything after it shows as another state next time
