@@ -1,9 +1,11 @@
 """dynsource against Spark's own Parquet reader and DPP on the star schema: times, bytes read, results.
 
 Every query runs in every mode, interleaved, in one SparkSession: one untimed
-warm-up round, then ``--repeat`` timed rounds. The results of all modes must be
-identical (the run fails otherwise). Output: a table on the console, and a JSON
-file and a PNG chart under ``benchmarks/results/``.
+warm-up round, then ``--repeat`` timed rounds. Each round starts one mode later
+than the one before, so that no mode always runs right after the same one, and
+each run starts from an idle executor (:func:`settle`). The results of all modes
+must be identical (the run fails otherwise). Output: a table on the console, and
+a JSON file and a PNG chart under ``benchmarks/results/``.
 
     python -m benchmarks.run --scale 1 --repeat 3
     python -m benchmarks.run --curves      # planning and collector scale curves (benchmarks/curves.py)
@@ -223,12 +225,12 @@ def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto",
 
     bench.spark.conf.set(DPP_CONF, "true")
     settings = {benefit.PRUNING_CONF: pruning, scanplanner.CHECK_INTERVAL_CONF: str(check_interval_ms)}
-    with _settings(bench.spark, settings):
+    with _settings(bench.spark, settings):  # set before the timed run and restored after it, untimed
         started = time.perf_counter()
         df = dynsource.sql(bench.spark, query.sql(table))
         planned = time.perf_counter()
-    result = _row(df)
-    seconds = time.perf_counter() - started
+        result = _row(df)
+        seconds = time.perf_counter() - started
     report = dynsource.scan_report(df)
     phases = {"collect_s": planned - started, "run_s": seconds - (planned - started)}
     (scan,) = report.scans()
@@ -406,9 +408,10 @@ def run_benchmark(
     try:
         for round_ in range(repeat + int(warmup)):
             for query in queries:
-                for mode in modes:
+                for mode in rotated(modes, round_):
                     if mode.startswith("dynsource"):
                         bench.warm_python_workers()
+                    settle(spark)
                     measurement = MODES[mode](bench, query)
                     check_result(query, mode, measurement.result, results.setdefault(query.name, {}))
                     if round_ >= int(warmup):
@@ -416,6 +419,25 @@ def run_benchmark(
     finally:
         spark.conf.set(DPP_CONF, dpp_setting)
     return _report(bench, queries, runs, repeat, time.perf_counter() - started)
+
+
+def rotated(modes: Sequence[str], round_: int) -> list[str]:
+    """The modes in the order of ``round_``: each round starts one mode later, so that no mode always follows the
+    same one (a cold mode's listing leaves the run after it hundreds of MB of garbage to collect)."""
+    start = round_ % len(modes)
+    return [*modes[start:], *modes[:start]]
+
+
+def settle(spark, idle_wait_s: float = 120.0) -> None:
+    """Wait (at most ``idle_wait_s``) until no Spark stage runs: a query whose join side turns out empty returns while
+    Spark's adaptive execution leaves stages it no longer needs running, which would slow whatever runs next.
+
+    The heap is not collected here: a warm session's runs pay for their garbage, and a run after ``System.gc()``
+    starts with a shrunk heap (TPC-DS q21: 0.54 s against 0.36 s).
+    """
+    deadline = time.monotonic() + idle_wait_s
+    while spark.sparkContext.statusTracker().getActiveStageIds() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def check_result(query: Query, mode: str, result: tuple, seen: dict[str, tuple]) -> None:

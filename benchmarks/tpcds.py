@@ -10,8 +10,9 @@ and then ``--repeat`` times timed (default once; the median is kept), or more,
 up to ``MAX_RUNS``, until each mode's timed runs add up to ``--min-seconds``: a
 query of 0.1 s moves ±30% from run to run, and the median of many runs tells
 the two modes apart where that of two cannot (timeit's autorange). The modes are
-interleaved, each run starting when no Spark stage is left running from the one
-before; the results are compared without regard to order. Eight query texts
+interleaved, each round starting with the other one, and each run starts when no
+Spark stage is left running from the one before; the results are compared
+without regard to order. Eight query texts
 name columns in double quotes, which Spark reads as strings: they are given
 backquotes (:func:`spark_dialect`). Output: per query the two times, their ratio
 and what dynsource pruned; then the counts (equal, pruned), the geometric mean
@@ -34,6 +35,7 @@ work without it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import decimal
 import json
 import math
@@ -43,10 +45,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from benchmarks.run import FILTERING_FIGURES
+from benchmarks.run import FILTERING_FIGURES, settle
 
 IDLE_WAIT_S = 120
 MAX_RUNS = 15  # timed runs per query and mode at most, however short the query (--min-seconds)
@@ -117,19 +119,31 @@ def comparable(rows) -> list[tuple]:
     return sorted((tuple(value(v) for v in row) for row in rows), key=repr)
 
 
-def run_query(spark, fn) -> tuple[float, list | None, str | None]:
-    """``fn()`` timed from an idle executor: a query whose join side turns out empty returns while Spark's adaptive
-    execution leaves stages it no longer needs running, and those would slow whatever runs next."""
-    deadline = time.monotonic() + IDLE_WAIT_S
-    while spark.sparkContext.statusTracker().getActiveStageIds() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    started = time.perf_counter()
+def run_query(spark, fn, context: contextlib.AbstractContextManager | None = None,
+              ) -> tuple[float, list | None, str | None]:
+    """``fn()`` inside ``context`` (entered and left untimed), timed from an idle executor
+    (:func:`benchmarks.run.settle`)."""
+    with context or contextlib.nullcontext():
+        settle(spark, IDLE_WAIT_S)
+        started = time.perf_counter()
+        try:
+            rows = fn()
+        except Exception as error:  # a query Spark cannot run is counted, not fatal
+            message = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+            return time.perf_counter() - started, None, message[:200]
+        return time.perf_counter() - started, rows, None
+
+
+@contextlib.contextmanager
+def _shadowing(spark, native_views: Mapping) -> Iterator[None]:
+    """The native facts as temporary views, which shadow the registered tables of the same names, inside the block."""
+    for name, df in native_views.items():
+        df.createOrReplaceTempView(name)
     try:
-        rows = fn()
-    except Exception as error:  # a query Spark cannot run is counted, not fatal
-        message = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        return time.perf_counter() - started, None, message[:200]
-    return time.perf_counter() - started, rows, None
+        yield
+    finally:
+        for name in native_views:
+            spark.catalog.dropTempView(name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,8 +217,10 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1, min_seconds: 
     import dynsource
     from dynsource import benefit
 
-    native = lambda: comparable(spark.sql(text).collect())  # noqa: E731
     frames = {}
+
+    def native():
+        return comparable(spark.sql(text).collect())
 
     def ours():
         frames["df"] = dynsource.sql(spark, text)
@@ -212,12 +228,10 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1, min_seconds: 
 
     native_times, our_times, failed = [], [], False
     while _more_runs(native_times, our_times, repeat, 0.0 if failed else min_seconds):
-        for name, df in native_views.items():  # the native facts shadow the registered tables by temporary views
-            df.createOrReplaceTempView(name)
-        native_s, native_rows, native_error = run_query(spark, native)
-        for name in native_views:
-            spark.catalog.dropTempView(name)
-        ours_s, our_rows, our_error = run_query(spark, ours)
+        # Each round starts with the other mode, so that neither always runs right after the other.
+        order = (ours, native) if len(native_times) % 2 else (native, ours)
+        timed = {fn: run_query(spark, fn, _shadowing(spark, native_views) if fn is native else None) for fn in order}
+        (native_s, native_rows, native_error), (ours_s, our_rows, our_error) = timed[native], timed[ours]
         native_times.append(native_s)
         our_times.append(ours_s)
         failed = bool(native_error or our_error)
