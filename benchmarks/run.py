@@ -1,9 +1,9 @@
 """dynsource against Spark's own Parquet reader and DPP on the star schema: times, bytes read, results.
 
 Every query runs in every mode, interleaved, in one SparkSession: one untimed
-warm-up round, then ``--repeat`` timed rounds. Each round starts one mode later
-than the one before, so that no mode always runs right after the same one, and
-each run starts from an idle executor (:func:`settle`). The results of all modes
+warm-up round, then ``--repeat`` timed rounds, each in another order of the modes
+(:func:`ordered`: no mode always runs right after the same one), each run from
+an idle executor (:func:`settle`). The results of all modes
 must be identical (the run fails otherwise). Output: a table on the console, and
 a JSON file and a PNG chart under ``benchmarks/results/``.
 
@@ -415,7 +415,7 @@ def run_benchmark(
     try:
         for round_ in range(repeat + int(warmup)):
             for query in queries:
-                for mode in rotated(modes, round_):
+                for mode in ordered(modes, round_):
                     if mode in PYTHON_READER_MODES:
                         bench.warm_python_workers()
                     settle(spark)
@@ -428,11 +428,23 @@ def run_benchmark(
     return _report(bench, queries, runs, repeat, time.perf_counter() - started)
 
 
-def rotated(modes: Sequence[str], round_: int) -> list[str]:
-    """The modes in the order of ``round_``: each round starts one mode later, so that no mode always follows the
-    same one (a cold mode's listing leaves the run after it hundreds of MB of garbage to collect)."""
-    start = round_ % len(modes)
-    return [*modes[start:], *modes[:start]]
+def ordered(modes: Sequence[str], round_: int) -> list[str]:
+    """The modes in the order of ``round_``, by a Williams design: over ``len(modes)`` rounds (twice that for an odd
+    number of modes), each mode runs right after each other mode equally often. A cold mode's listing leaves the run
+    after it hundreds of MB of garbage; a plain rotation keeps the cyclic order, so one mode would always follow it.
+    """
+    count = len(modes)
+    first, low, high = [0], 1, count - 1  # 0, 1, n-1, 2, n-2, ...
+    while len(first) < count:
+        first.append(low)
+        low += 1
+        if len(first) < count:
+            first.append(high)
+            high -= 1
+    row = [(index + round_) % count for index in first]
+    if count % 2 and (round_ // count) % 2:
+        row.reverse()
+    return [modes[index] for index in row]
 
 
 def settle(spark, idle_wait_s: float = 120.0) -> None:

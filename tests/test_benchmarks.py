@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import io
+import itertools
 import json
 import os
 from decimal import Decimal
@@ -76,6 +78,20 @@ def test_planning_curve_point_lists_only_kept_partitions(tmp_path):
     assert (report.partitions_total, report.partitions_kept, report.files_kept) == (40, 2, 2)
     assert 1 <= input_partitions <= 2
     assert curves.time_planning(url, None, str(tmp_path))[1] >= input_partitions  # every file, unpruned
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6])
+def test_over_a_cycle_of_rounds_each_mode_runs_right_after_each_other_mode_equally_often(count):
+    modes = [f"mode {index}" for index in range(count)]
+    cycle = count * (2 if count % 2 else 1)
+    followers = collections.Counter()
+    for round_ in range(cycle):
+        order = run.ordered(modes, round_)
+        assert sorted(order) == modes
+        followers.update(itertools.pairwise(order))
+    pairs = {(a, b) for a in modes for b in modes if a != b}
+    assert set(followers) == pairs
+    assert len(set(followers.values())) <= 1
 
 
 def test_a_result_differing_between_modes_fails_the_run():
