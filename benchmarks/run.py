@@ -3,9 +3,9 @@
 Every query runs in every mode, interleaved, in one SparkSession: one untimed
 warm-up round, then ``--repeat`` timed rounds, each in another order of the modes
 (:func:`ordered`: no mode always runs right after the same one), each run from
-an idle executor (:func:`settle`). The results of all modes
-must be identical (the run fails otherwise). Output: a table on the console, and
-a JSON file and a PNG chart under ``benchmarks/results/``.
+an idle executor (:func:`settle`). The results of all modes must be identical
+(the run fails otherwise). Output: a table on the console, and a JSON file and a
+PNG chart under ``benchmarks/results/``.
 
     python -m benchmarks.run --scale 1 --repeat 3
     python -m benchmarks.run --curves      # planning and collector scale curves (benchmarks/curves.py)

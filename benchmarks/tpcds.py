@@ -50,7 +50,6 @@ from pathlib import Path
 
 from benchmarks.run import FILTERING_FIGURES, settle
 
-IDLE_WAIT_S = 120
 MAX_RUNS = 15  # timed runs per query and mode at most, however short the query (--min-seconds)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -124,7 +123,7 @@ def run_query(spark, fn, context: contextlib.AbstractContextManager | None = Non
     """``fn()`` inside ``context`` (entered and left untimed), timed from an idle executor
     (:func:`benchmarks.run.settle`)."""
     with context or contextlib.nullcontext():
-        settle(spark, IDLE_WAIT_S)
+        settle(spark)
         started = time.perf_counter()
         try:
             rows = fn()
