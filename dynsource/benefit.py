@@ -3,7 +3,9 @@
 A filter on the first partition column is judged on the fact table's top-level
 partition directories, as Spark's ``fallbackFilterRatio``: it must drop at least
 half of them. A filter on data columns only is judged, as Trino drops a dynamic
-filter that is not selective, on the rows of one data file: a filter keeping
+filter that is not selective, on the rows of one data file (of up to
+``SAMPLE_FILES`` of them, down the first directories, while fewer than
+``MIN_SAMPLE_ROWS`` rows: a table of small files): a filter keeping
 more than ``DATA_COLUMN_RATIO`` of them (a dimension's keys covering nearly every
 value of the fact column) would cost every read more than it saves. :func:`survey`
 lists the directories and finds that file (the enumerator's walk, with its
@@ -53,6 +55,7 @@ from dynsource.options import ScanOptions
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
 DATA_COLUMN_RATIO = 0.9  # a filter on data columns keeping more of a sampled file's rows does not pay
 MIN_SAMPLE_ROWS = 30  # fewer judge nothing; 30 rows all kept by a filter keeping 90% happen 4% of the time
+SAMPLE_FILES = 8  # the most data files read to make MIN_SAMPLE_ROWS rows (each a listing and a read)
 MIN_SCAN_CONF = "spark.dynsource.dataFilterMinScanBytes"
 SPARK_MIN_SCAN_CONF = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
 PRUNING_CONF = "spark.dynsource.partitionPruning"
@@ -67,7 +70,7 @@ _kept_surveys: Kept[tuple[Survey, Listing]] = Kept(KEPT_SURVEYS)  # see survey()
 @dataclass(frozen=True)
 class Survey:
     """What a walk of the fact table tells: its partition columns and its typed top level (``survey``'s walk), and
-    when a filter on data columns asks, the rows of the first data file down the first branch."""
+    when a filter on data columns asks, the rows of the first data file down the first branch (or of a few)."""
 
     fact: ScanOptions
     column_types: Mapping[str, str]
@@ -86,12 +89,30 @@ class Survey:
                                     self.column_types, deep=True)[1]
 
     def sample(self, columns: Sequence[str]) -> pa.Table | None:
-        """``columns`` of the first data file of the first branch, or None when the table has none."""
+        """``columns`` of the first data file of the first branch, and of the next ones (:attr:`more_files`, up to
+        ``SAMPLE_FILES`` in all) while they hold fewer than ``MIN_SAMPLE_ROWS`` rows; None when the table has none."""
         first = next((f.path for f in self.first_branch.files), None)
         if first is None:
             return None
         fs, _ = files.open_table(self.fact.path, self.fact.storage_options)
-        return files.read_columns(first, files.arrow_filesystem(fs), self.fact.format, columns)
+        read = functools.partial(files.read_columns, fs=files.arrow_filesystem(fs), format_name=self.fact.format,
+                                 columns=columns)
+        tables = [read(first)]
+        more = iter(path for path in self.more_files if path != first)
+        while sum(table.num_rows for table in tables) < MIN_SAMPLE_ROWS and len(tables) < SAMPLE_FILES:
+            path = next(more, None)
+            if path is None:
+                break
+            tables.append(read(path))
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    @functools.cached_property
+    def more_files(self) -> list[str]:
+        """Data files down the first ``SAMPLE_FILES`` directories at each level: where :meth:`sample` finds more
+        rows when the first file holds few (a table of small files), walked when first asked."""
+        enumerator = PartitionEnumerator(*files.open_table(self.fact.path, self.fact.storage_options))
+        listing = _walk(enumerator, self.column_types, deep=True, width=SAMPLE_FILES)[1]
+        return [f.path for f in listing.files][:SAMPLE_FILES]
 
 
 def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = True) -> Survey:
@@ -116,12 +137,14 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
     return result
 
 
-def _walk(enumerator: PartitionEnumerator, column_types: Mapping[str, str], deep: bool) -> tuple[list[Level], Listing]:
+def _walk(enumerator: PartitionEnumerator, column_types: Mapping[str, str], deep: bool,
+          width: int = 1) -> tuple[list[Level], Listing]:
+    """The levels listed and the listing of a walk down the first ``width`` directories at each level (``deep``)."""
     levels: list[Level] = []
 
     def first_only(level: Level) -> list[bool]:
         levels.append(level)
-        return [deep and index == 0 for index in range(len(level.raw_rows))]
+        return [deep and index < width for index in range(len(level.raw_rows))]
 
     return levels, enumerator.enumerate(first_only, PartitionTyping(column_types))
 
@@ -212,8 +235,8 @@ def _rows_kept(data: DynamicFilteringData, survey: Survey) -> str | None:
         return None  # a file that cannot tell is no reason to decline
     if kept <= DATA_COLUMN_RATIO * rows.num_rows:
         return None
-    return (f"the filter keeps {kept} of {rows.num_rows} rows of a data file by data column(s) "
-            f"{list(data.field_names)} (more than {DATA_COLUMN_RATIO:.0%}), so it is not worth applying")
+    return (f"the filter keeps {kept} of {rows.num_rows} rows sampled from the table's first data file(s) by data "
+            f"column(s) {list(data.field_names)} (more than {DATA_COLUMN_RATIO:.0%}), so it is not worth applying")
 
 
 @dataclass(frozen=True)

@@ -186,8 +186,8 @@ def test_a_data_column_filter_keeping_nearly_every_row_is_declined_and_a_selecti
     shallow = benefit.survey(ScanOptions.parse({"path": str(fact)}), {"day": "int", "item": "int"}, deep=False)
     every_item = DynamicFilteringData([("item", "int")], [(value,) for value in range(290)])
     reason = benefit.no_benefit(every_item, shallow, 0.5)
-    assert reason == ("the filter keeps 290 of 300 rows of a data file by data column(s) ['item'] (more than 90%), "
-                      "so it is not worth applying")
+    assert reason == ("the filter keeps 290 of 300 rows sampled from the table's first data file(s) by data column(s) "
+                      "['item'] (more than 90%), so it is not worth applying")
     assert benefit.no_benefit(DynamicFilteringData([("item", "int")], [(1,), (2,)]), shallow, 0.5) is None
     # A filter on the partition column is judged by its directories (both days kept: more than half).
     days = DynamicFilteringData([("day", "int")], [(1,), (2,)])

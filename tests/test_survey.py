@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dynsource import benefit, directories
+from dynsource.filtering import DynamicFilteringData
 from dynsource.kept import Kept
 from dynsource.options import ScanOptions
 
@@ -78,3 +79,21 @@ def test_a_survey_off_the_local_disk_is_walked_at_every_call():
         assert survey("memory://survey").fanout == 3
     finally:
         memory.rm("/survey", recursive=True)
+
+
+@pytest.mark.parametrize("rows_per_file, files_read", [(10, 3), (2, benefit.SAMPLE_FILES)])
+def test_a_table_of_small_files_is_sampled_down_the_next_directories(tmp_path, rows_per_file, files_read):
+    # The first file alone holds too few rows to judge a filter by: the next ones are read, up to SAMPLE_FILES.
+    for day in range(12):
+        write(tmp_path / f"day={day}" / "part-0.parquet", [day * 100 + row for row in range(rows_per_file)])
+    table = survey(tmp_path)
+    sample = table.sample(["item"])
+    assert sample.num_rows == rows_per_file * files_read
+    assert len({item // 100 for item in sample.column("item").to_pylist()}) == files_read  # each from another day
+    every_item = DynamicFilteringData([("item", "int")], [(value,) for value in range(1200)])
+    reason = benefit.no_benefit(every_item, table, 0.5)
+    if sample.num_rows >= benefit.MIN_SAMPLE_ROWS:
+        assert reason.startswith("the filter keeps 30 of 30 rows sampled from the table's first data file(s)")
+        assert benefit.no_benefit(DynamicFilteringData([("item", "int")], [(1,)]), table, 0.5) is None
+    else:  # 16 rows judge nothing: the filter is applied
+        assert reason is None
