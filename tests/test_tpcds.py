@@ -5,7 +5,7 @@ the same files, which shadows the registered name exactly as a user's view would
 benchmark (benchmarks/tpcds.py); these are the shapes that must hold in every run: a date-pruned join (q42), a
 star of four dimensions whose filters are the parts of one (q7), a query with no join to prune (q9), and the
 queries dynsource.sql once ran many times slower than spark.sql: filters declined because they would filter nothing
-(q14, q4), filters applied and, past the collection budget, not waited for (q17), a filter holding no key (q24).
+(q14, q4, q23), filters applied and, past the collection budget, not waited for (q17), a filter holding no key (q24).
 The session collects every filter (partitionPruning = collect, no least scan size), as on an object store.
 """
 
@@ -106,6 +106,17 @@ def test_q4_declines_the_customer_filter_that_keeps_every_customer(spark, tpcds_
     text = str(report)
     assert not applied(report), text
     assert "(store_sales.ss_customer_sk) <- customer (customer.c_customer_sk): the filter keeps " in text, text
+
+
+def test_q23_declines_every_filter_of_its_store_sales_scans(spark, tpcds_session):
+    # Its item and customer filters keep every row sampled, its date filters most partitions (four years of five).
+    _, report = run_both(spark, tpcds_session, 23, actions=1)
+    text = str(report)
+    assert not applied(report), text
+    for reason in ("(store_sales.ss_item_sk) <- sq1 (sq1.i_item_sk): the filter keeps ",
+                   "(store_sales.ss_customer_sk) <- customer (customer.c_customer_sk): the filter keeps ",
+                   "so it is not worth applying (fallback_filter_ratio)"):
+        assert reason in text, text
 
 
 def test_q17_applies_its_date_filter_and_past_the_collection_budget_reads_without_it(spark, tpcds_session):
