@@ -98,13 +98,12 @@ class Survey:
         read = functools.partial(files.read_columns, fs=files.arrow_filesystem(fs), format_name=self.fact.format,
                                  columns=columns)
         tables = [read(first)]
-        more = iter(path for path in self.more_files if path != first)
-        while sum(table.num_rows for table in tables) < MIN_SAMPLE_ROWS and len(tables) < SAMPLE_FILES:
-            path = next(more, None)
-            if path is None:
-                break
-            tables.append(read(path))
-        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if tables[0].num_rows < MIN_SAMPLE_ROWS:  # only then is the wider walk made (once per survey)
+            for path in (path for path in self.more_files if path != first):
+                tables.append(read(path))
+                if len(tables) == SAMPLE_FILES or sum(table.num_rows for table in tables) >= MIN_SAMPLE_ROWS:
+                    break
+        return pa.concat_tables(tables)
 
     @functools.cached_property
     def more_files(self) -> list[str]:

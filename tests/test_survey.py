@@ -97,3 +97,9 @@ def test_a_table_of_small_files_is_sampled_down_the_next_directories(tmp_path, r
         assert benefit.no_benefit(DynamicFilteringData([("item", "int")], [(1,)]), table, 0.5) is None
     else:  # 16 rows judge nothing: the filter is applied
         assert reason is None
+
+
+def test_a_first_file_of_enough_rows_is_sampled_without_the_wider_walk(settled):
+    table = survey(settled)
+    assert table.sample(["item"]).num_rows == 40
+    assert "more_files" not in vars(table)  # the walk down the next directories is made only for small files
