@@ -97,7 +97,7 @@ def test_expire_dry_run_lists_what_expire_then_removes_and_echoes_the_age_as_typ
         "nothing to remove"
 
 
-def test_table_commands_say_where_the_catalog_goes_and_fail_in_one_line(tmp_path):
+def test_a_table_command_says_where_the_catalog_goes_and_fails_in_one_line(tmp_path):
     session = ("--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}", "--definitions", str(tmp_path / "defs"),
                "--metastore", "meta")
     dropped = run_cli("table", "drop", "nonexistent", *session, cwd=tmp_path)
@@ -108,14 +108,9 @@ def test_table_commands_say_where_the_catalog_goes_and_fail_in_one_line(tmp_path
         f"Derby log {meta / 'derby.log'}, warehouse {tmp_path / 'wh'}) ...",
         f"dynsource table drop: table default.nonexistent is not registered (no catalog table and no definition "
         f"in {tmp_path / 'defs'}); `dynsource table list` shows the registered ones"]
+    assert "Traceback" not in dropped.stderr
     assert (meta / "derby.log").is_file() and (meta / "metastore_db").is_dir()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["meta"]  # no derby.log, metastore_db in the cwd
-    listed = run_cli("table", "list", *session, cwd=tmp_path)
-    assert listed.returncode == 0, listed.stderr[-3000:]
-    assert listed.stdout.strip() == f"no dynsource tables registered in {tmp_path / 'defs'}"
-    created = run_cli("table", "create", "x", "--path", "/nothing", *session, cwd=tmp_path)
-    assert created.returncode == 1 and "Traceback" not in created.stderr
-    assert dynsource_lines(created.stderr)[1:] == ["dynsource table create: Option 'path': '/nothing' does not exist."]
 
 
 def test_table_create_without_path_fails_before_spark_starts():
@@ -125,22 +120,25 @@ def test_table_create_without_path_fails_before_spark_starts():
         "dynsource table create: error: the following arguments are required: --path"]
 
 
-def test_a_query_spark_rejects_is_a_one_line_error(tmp_path):
-    result = run_cli("sql", "SELECT * FROM nosuchtable", "--metastore", str(tmp_path / "meta"),
-                     "--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}", cwd=tmp_path)
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    [error] = dynsource_lines(result.stderr)[1:]
-    assert error.startswith("dynsource sql: [TABLE_OR_VIEW_NOT_FOUND] The table or view `nosuchtable` cannot be "
-                            "found."), error
-
-
 # In this process's session (no JVM start per command): sys.exit(message) is the one line and exit code 1 above.
-def test_sql_and_explain_of_an_unparsable_query_exit_with_sparks_first_line(spark):
-    for explain in ([], ["--explain"]):
-        with pytest.raises(SystemExit) as exited:
-            cli.main(["sql", "SELEC 1", *explain])
-        assert exited.value.code.startswith("dynsource sql: [PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'")
-        assert "\n" not in exited.value.code
+def test_sql_and_explain_of_a_query_spark_rejects_exit_with_sparks_first_line(spark):
+    for query, error in (("SELEC 1", "[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'"),
+                         ("SELECT * FROM nosuchtable", "[TABLE_OR_VIEW_NOT_FOUND] The table or view `nosuchtable` "
+                                                       "cannot be found.")):
+        for explain in ([], ["--explain"]):
+            with pytest.raises(SystemExit) as exited:
+                cli.main(["sql", query, *explain])
+            assert exited.value.code.startswith(f"dynsource sql: {error}"), exited.value.code
+            assert "\n" not in exited.value.code
+
+
+def test_table_list_and_create_say_what_is_registered_and_what_is_wrong(spark, tmp_path, capsys):
+    definitions = ("--definitions", str(tmp_path / "defs"))
+    cli.main(["table", "list", *definitions])
+    assert capsys.readouterr().out.strip() == f"no dynsource tables registered in {tmp_path / 'defs'}"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["table", "create", "x", "--path", "/nothing", *definitions])
+    assert exited.value.code == "dynsource table create: Option 'path': '/nothing' does not exist."
 
 
 def test_table_create_of_an_existing_name_says_to_pass_replace(spark, tmp_path, capsys):
