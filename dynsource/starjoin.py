@@ -63,7 +63,7 @@ class FactScan:
     start: int
     end: int  # exclusive
     written_alias: bool  # whether the text gives the alias (else it is the table's name)
-    columns: tuple[str, ...] | None = None  # the table's columns the query uses; None: all (it selects a *)
+    columns: tuple[str, ...] | None = None  # the table's columns the query uses; None: all of them
     predicates: tuple[str, ...] = ()  # WHERE conjuncts naming only this table, unqualified (it is not null-extended)
 
 
@@ -132,7 +132,6 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         tokens = sqltree.tokens(query)
         parsed = parsed or sqlglot.parse_one(query, read="spark")
         aliased = {sqltree.start(table) for table in parsed.find_all(exp.Table) if table.alias}
-        star = any(not isinstance(star.parent, exp.Count) for star in parsed.find_all(exp.Star))
         schema: dict[str, dict[str, dict[str, str]]] = {}
         for name, info in tables.items():
             db, _, table = name.rpartition(".")
@@ -142,6 +141,8 @@ def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default
         return Detection((), (Refusal(None, f"the query could not be analysed: {sqltree.error_text(error)}"),))
     if not isinstance(qualified, exp.Query):
         return Detection((), (Refusal(None, "only queries are analysed"),))
+    # qualify() has expanded each * whose sources' schemas it knows into their columns.
+    star = any(not isinstance(star.parent, exp.Count) for star in qualified.find_all(exp.Star))
     statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star, tokens)
     prunings: list[Pruning] = []
     refusals: list[Refusal] = []
@@ -159,7 +160,7 @@ class _Statement(NamedTuple):
     ctes: exp.With | None
     aliased: set[int]  # text positions of the table names written with an alias
     root: exp.Expression  # the qualified statement
-    star: bool  # the text selects a * somewhere (count(*) aside), which qualify() expanded
+    star: bool  # a * qualify() could not expand into columns is left (count(*) aside), as in struct(*)
     tokens: Sequence[Token]  # of the text, for the spans of parenthesised sources
 
 
@@ -236,10 +237,12 @@ class _Select:
                 found.append(unqualified.sql("spark"))
         return tuple(found)
 
-    def _used_columns(self, alias: str, info: TableInfo) -> tuple[str, ...]:
-        """The table's columns named with ``alias`` anywhere (a superset when the alias is reused elsewhere)."""
+    def _used_columns(self, alias: str, info: TableInfo) -> tuple[str, ...] | None:
+        """The table's columns named with ``alias`` anywhere, a * expanded (a superset when the alias is reused
+        elsewhere); None when that is all of them."""
         named = {column.name.lower() for column in self.statement.root.find_all(exp.Column) if column.table == alias}
-        return tuple(column for column in info.columns if column.lower() in named)
+        used = tuple(column for column in info.columns if column.lower() in named)
+        return None if len(used) == len(info.columns) else used
 
     def _equalities(self, conjunct: exp.Expression, facts: dict[str, FactScan], on: exp.Join | None) -> list[_Equality]:
         """The sound fact-dimension equalities of one conjunct; the unsound ones are refused."""

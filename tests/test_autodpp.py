@@ -502,6 +502,10 @@ def test_a_pruned_scan_reads_only_the_columns_the_query_uses(star):
     assert counted.assignments[0].columns == ("ss_sales_price", "ss_sold_date_sk")
     _, starred = run(star, PRUNED["left_semi"])
     assert starred.assignments[0].columns is None and "reads all columns" in str(starred)
+    # A * elsewhere in the statement (the dimension's) is no * over the fact.
+    _, dimension_star = run(star, "SELECT d.*, count(*) AS n FROM {fact} f JOIN (SELECT * FROM date_dim) d "
+                                  "ON f.ss_sold_date_sk = d.d_date_sk WHERE d.d_year = 2000 GROUP BY ALL")
+    assert dimension_star.assignments[0].columns == ("ss_sold_date_sk",), str(dimension_star)
 
 
 def test_explain_sql_collects_and_plans_without_running_the_query(star):

@@ -170,16 +170,24 @@ def test_correlated_subqueries_and_unparsable_text_are_refused_not_raised():
     assert detect("SELECT * FROM date_dim JOIN store ON d_moy = s_store_sk WHERE d_year = 1", TABLES).prunings == ()
 
 
-def test_the_fact_columns_a_query_uses_are_known_unless_it_selects_a_star():
-    (used,) = detect("SELECT d_moy, sum(ss_sales_price) FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk "
-                     "WHERE d_year = 2000 GROUP BY d_moy", TABLES).prunings
-    assert used.fact.columns == ("ss_sold_date_sk", "ss_sales_price")
-    (counted,) = detect("SELECT count(*) FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk "
-                        "AND d_year = 2000", TABLES).prunings
-    assert counted.fact.columns == ("ss_sold_date_sk",)
-    (starred,) = detect("SELECT * FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk AND d_year = 2000",
-                        TABLES).prunings
-    assert starred.fact.columns is None
+def test_the_fact_columns_a_query_uses_are_known_with_each_star_expanded():
+    def columns(query: str) -> tuple[str, ...] | None:
+        (pruning,) = detect(query, TABLES).prunings
+        return pruning.fact.columns
+
+    assert columns("SELECT d_moy, sum(ss_sales_price) FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk "
+                   "WHERE d_year = 2000 GROUP BY d_moy") == ("ss_sold_date_sk", "ss_sales_price")
+    assert columns("SELECT count(*) FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk "
+                   "AND d_year = 2000") == ("ss_sold_date_sk",)
+    # A * over the dimension only, or inside a dimension's subquery, names no fact column.
+    assert columns("SELECT d.* FROM store_sales f JOIN date_dim d ON f.ss_sold_date_sk = d.d_date_sk "
+                   "WHERE d.d_year = 2000") == ("ss_sold_date_sk",)
+    assert columns("SELECT sum(f.ss_sales_price) FROM store_sales f JOIN (SELECT * FROM date_dim WHERE d_year = 2000)"
+                   " d ON f.ss_sold_date_sk = d.d_date_sk") == ("ss_sold_date_sk", "ss_sales_price")
+    # A * over the fact uses every column; one qualify() cannot expand (inside struct()) may use any.
+    assert columns("SELECT * FROM store_sales, date_dim WHERE ss_sold_date_sk = d_date_sk AND d_year = 2000") is None
+    assert columns("SELECT struct(*) FROM store_sales f JOIN date_dim d ON f.ss_sold_date_sk = d.d_date_sk "
+                   "WHERE d.d_year = 2000") is None
 
 
 def test_exists_correlated_by_equalities_is_a_semi_join():
