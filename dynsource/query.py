@@ -126,7 +126,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     >>> df.collect()
     [Row(v=3, tag='x')]
     >>> print(dynsource.scan_report(df))
-    default.kv (kv.k) <- tags (tags.d): exact, 1 keys, collected in ... ms; reads columns ['v', 'k']
+    default.kv (kv.k) <- tags (tags.d): exact, 1 keys, collected in ... ms; reads all columns
       payload: exact, 1 key(s), ... bytes
       partitions: 1 of 3 kept
       files: 1 (... bytes) read by Spark's file reader
