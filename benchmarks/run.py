@@ -31,6 +31,7 @@ from benchmarks import star as star_schema
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DPP_CONF = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
+PAIRED_BASE = "native DPP warm"  # what dynsource.sql modes are paired with, round by round
 SQL = """
 SELECT COUNT(*) AS sales, SUM(ss_sales_price) AS revenue
 FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk{joins}
@@ -67,10 +68,13 @@ class Measurement:
     """One timed run of one query in one mode.
 
     ``partitions``/``files``/``bytes`` are what the scan of ``store_sales`` read,
-    and ``source`` says where the figures come from. ``phases`` splits a dynsource
-    run: ``collect_s`` (the collector job and publishing), ``load_s`` (``load()``:
-    schema inference in a Python worker), ``planning_s`` (listing and planning,
-    from the scan report) and ``run_s`` (the query, planning included).
+    and ``source`` says where the figures come from. ``phases`` splits a run:
+    ``collect_s`` (the collector job and publishing), ``load_s`` (``load()``:
+    schema inference in a Python worker, or Spark's listing of a fresh
+    DataFrame), ``call_s`` (``dynsource.sql`` or ``spark.sql`` returning its
+    DataFrame: analysis, and whatever ``dynsource.sql`` collects),
+    ``planning_s`` (listing and planning, from the scan report) and ``run_s``
+    (the action, physical planning included).
     """
 
     result: tuple
@@ -235,7 +239,7 @@ def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto",
         result = _row(df)
         seconds = time.perf_counter() - started
     report = dynsource.scan_report(df)
-    phases = {"collect_s": planned - started, "run_s": seconds - (planned - started)}
+    phases = {"call_s": planned - started, "run_s": seconds - (planned - started)}
     (scan,) = report.scans()
     filtering = {} if scan is None else {figure: getattr(scan, figure, None) for figure in FILTERING_FIGURES}
     if scan is not None:
@@ -310,12 +314,17 @@ def _native(dpp: bool, warm: bool) -> Callable[[Bench, Query], Measurement]:
         if not warm:  # a new DataFrame, as a batch job makes: Spark lists every partition directory again
             view = "store_sales_native_cold"
             bench.spark.read.parquet(bench.fact).createOrReplaceTempView(view)
+        loaded = time.perf_counter()
         df = bench.sql(view, query)
+        called = time.perf_counter()
         result = _row(df)
         seconds = time.perf_counter() - started
+        phases = {"call_s": called - loaded, "run_s": seconds - (called - started)}
+        if not warm:
+            phases["load_s"] = loaded - started
         metrics = native_scan_metrics(df, bench.fact)
         return Measurement(result, seconds, metrics.get("numPartitions"), metrics.get("numFiles"),
-                           metrics.get("filesSize"), "Spark SQL metrics of the scan")
+                           metrics.get("filesSize"), "Spark SQL metrics of the scan", phases)
 
     run.__doc__ = f"spark.read.parquet, DPP {'on' if dpp else 'off'}, {'warm' if warm else 'cold'}"
     return run
@@ -482,8 +491,32 @@ def _report(bench: Bench, queries: Sequence[Query], runs: dict, repeat: int, tot
             "keys": len(bench.keys_of(query)),
             "matching": {"partitions": partitions, "files": files, "bytes": size},
             "modes": modes, "ratios": _ratios(modes, size),
+            "paired": {f"{mode} - {PAIRED_BASE}": _paired(measured, runs[query.name][PAIRED_BASE])
+                       for mode, measured in runs[query.name].items()
+                       if mode.startswith("dynsource.sql") and PAIRED_BASE in runs[query.name]},
         }
     return report
+
+
+def _paired(measured: list[Measurement], base: list[Measurement]) -> dict:
+    """Per-round differences of ``measured`` against ``base`` (both run in every round, one after the other):
+    medians in ms of the whole run and of each phase both split, and the rounds ``measured`` was faster in.
+
+    A round's two runs share the machine's state (its load, the heap), which medians over all runs do not pair:
+    a systematic difference of a few ms is visible here when the runs' spread hides it.
+    """
+    def median_ms(values) -> float:
+        return round(statistics.median(values) * 1000, 1)
+
+    rounds = list(zip(measured, base, strict=True))
+    differences = [m.seconds - b.seconds for m, b in rounds]
+    phases = [name for name in ("call_s", "run_s") if name in measured[0].phases and name in base[0].phases]
+    return {
+        "median_ms": median_ms(differences),
+        **{f"{name[:-2]}_median_ms": median_ms([m.phases[name] - b.phases[name] for m, b in rounds])
+           for name in phases},
+        "rounds_faster": sum(d < 0 for d in differences), "rounds": len(differences),
+    }
 
 
 def _summary(measured: list[Measurement]) -> dict:
@@ -567,6 +600,11 @@ def print_table(report: dict, out=sys.stdout) -> None:
             print(f"  {mode:<28} {m['median_s']:>9.2f} {spread:>13} {m['partitions']!s:>10} {m['files']!s:>6} "
                   f"{megabytes:>9}  {m['result']}", file=out)
         print("  ratios: " + ", ".join(f"{k}={v}" for k, v in query["ratios"].items() if v is not None), file=out)
+        for pair, paired in query.get("paired", {}).items():
+            split = ", ".join(f"{name} {paired[f'{name}_median_ms']:+.1f} ms" for name in ("call", "run")
+                              if f"{name}_median_ms" in paired)
+            print(f"  paired by round, {pair}: median {paired['median_ms']:+.1f} ms ({split}); faster in "
+                  f"{paired['rounds_faster']} of {paired['rounds']} rounds", file=out)
 
 
 def draw_chart(report: dict, path: Path) -> None:

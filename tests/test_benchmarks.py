@@ -103,6 +103,18 @@ def test_a_result_differing_between_modes_fails_the_run():
         run.check_result(query, "dynsource no filter", (1707, Decimal("1.00")), seen)
 
 
+def test_paired_rounds_give_the_median_difference_of_each_phase_and_the_rounds_faster():
+    def runs(*splits):
+        return [run.Measurement((), call + action, None, None, None, "", {"call_s": call, "run_s": action})
+                for call, action in splits]
+
+    paired = run._paired(runs((0.010, 0.100), (0.012, 0.300), (0.011, 0.150)),
+                         runs((0.007, 0.110), (0.008, 0.290), (0.006, 0.170)))
+    # Rounds differ by -7, +14 and -15 ms in all; by +3, +4 and +5 ms in the call.
+    assert paired == {"median_ms": -7.0, "call_median_ms": 4.0, "run_median_ms": -10.0, "rounds_faster": 2,
+                      "rounds": 3}
+
+
 def test_smoke_run_all_modes_agree_and_dpp_reads_only_matching_partitions(spark, small_star):
     # One query keeps the test short: each full-table mode reads 1,827 files.
     report = run.run_benchmark(spark, small_star, queries=run.QUERIES[:1], repeat=1, warmup=False)
@@ -124,9 +136,13 @@ def test_smoke_run_all_modes_agree_and_dpp_reads_only_matching_partitions(spark,
         assert modes["dynsource no filter"]["bytes"] == table["bytes"]
         _, null_bytes = star.partition_sizes(small_star.store_sales)[None]
         assert modes["native no DPP cold"]["bytes"] == table["bytes"] - null_bytes
+    paired = report["queries"]["month"]["paired"]
+    assert set(paired) == {f"{mode} - native DPP warm" for mode in run.MODES if mode.startswith("dynsource.sql")}
+    assert all(p["rounds"] == 1 and {"call_median_ms", "run_median_ms"} <= set(p) for p in paired.values())
     printed = io.StringIO()
     run.print_table(json.loads(json.dumps(report)), out=printed)
     assert "dynsource DPP" in printed.getvalue() and "native no DPP warm" in printed.getvalue()
+    assert "paired by round, dynsource.sql - native DPP warm: median" in printed.getvalue()
     assert spark.conf.get(run.DPP_CONF) == "true"
 
 
