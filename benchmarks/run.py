@@ -499,8 +499,8 @@ def _report(bench: Bench, queries: Sequence[Query], runs: dict, repeat: int, tot
 
 
 def _paired(measured: list[Measurement], base: list[Measurement]) -> dict:
-    """Per-round differences of ``measured`` against ``base`` (both run in every round, one after the other):
-    medians in ms of the whole run and of each phase both split, and the rounds ``measured`` was faster in.
+    """Per-round differences of ``measured`` against ``base`` (both run once in every round): medians in ms of
+    the whole run and of each phase both split, and the rounds ``measured`` was faster in.
 
     A round's two runs share the machine's state (its load, the heap), which medians over all runs do not pair:
     a systematic difference of a few ms is visible here when the runs' spread hides it.
