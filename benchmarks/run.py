@@ -32,6 +32,7 @@ from benchmarks import star as star_schema
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DPP_CONF = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
 PAIRED_BASE = "native DPP warm"  # what dynsource.sql modes are paired with, round by round
+PAIRED_PHASES = ("call", "run")  # the phases paired too, where both modes split them (``<name>_s``)
 SQL = """
 SELECT COUNT(*) AS sales, SUM(ss_sales_price) AS revenue
 FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk{joins}
@@ -510,10 +511,10 @@ def _paired(measured: list[Measurement], base: list[Measurement]) -> dict:
 
     rounds = list(zip(measured, base, strict=True))
     differences = [m.seconds - b.seconds for m, b in rounds]
-    phases = [name for name in ("call_s", "run_s") if name in measured[0].phases and name in base[0].phases]
+    phases = [name for name in PAIRED_PHASES if f"{name}_s" in measured[0].phases and f"{name}_s" in base[0].phases]
     return {
         "median_ms": median_ms(differences),
-        **{f"{name[:-2]}_median_ms": median_ms([m.phases[name] - b.phases[name] for m, b in rounds])
+        **{f"{name}_median_ms": median_ms([m.phases[f"{name}_s"] - b.phases[f"{name}_s"] for m, b in rounds])
            for name in phases},
         "rounds_faster": sum(d < 0 for d in differences), "rounds": len(differences),
     }
@@ -601,7 +602,7 @@ def print_table(report: dict, out=sys.stdout) -> None:
                   f"{megabytes:>9}  {m['result']}", file=out)
         print("  ratios: " + ", ".join(f"{k}={v}" for k, v in query["ratios"].items() if v is not None), file=out)
         for pair, paired in query.get("paired", {}).items():
-            split = ", ".join(f"{name} {paired[f'{name}_median_ms']:+.1f} ms" for name in ("call", "run")
+            split = ", ".join(f"{name} {paired[f'{name}_median_ms']:+.1f} ms" for name in PAIRED_PHASES
                               if f"{name}_median_ms" in paired)
             print(f"  paired by round, {pair}: median {paired['median_ms']:+.1f} ms ({split}); faster in "
                   f"{paired['rounds_faster']} of {paired['rounds']} rounds", file=out)
