@@ -162,6 +162,8 @@ def _midpoint(row_group: pq.RowGroupMetaData) -> int:
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema, constants: dict[str, Any]) -> pa.RecordBatch:
     rows = batch.num_rows
+    if not len(target):  # a read of no column (count(*)): from_arrays would make a batch of no rows
+        return batch.select([])
     columns = []
     for target_field in target:
         if target_field.name in constants:

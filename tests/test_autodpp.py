@@ -537,7 +537,58 @@ def test_the_sql_command_prints_rows_and_report_and_explains(star, star_root, ca
     assert "<- days (days.d_date_sk): exact, 20 keys" in explained and "|d_moy|" not in explained.replace(" ", "")
 
 
+# Scans that need no column of the fact: each still gives one row per stored row, whichever reader reads it.
+NO_COLUMN_SELECTS = ["count(*) AS n", "count(1) AS n", "1 AS one", "count(DISTINCT 1) AS n", "max(2) AS two"]
+NO_COLUMN_SHAPES = {
+    "alone": "SELECT {select} FROM {fact} f",
+    "limited": "SELECT {select} FROM {fact} f LIMIT 7",
+    "derived": "SELECT {select} FROM (SELECT 1 AS x FROM {fact}) f",
+    "union": "SELECT {select} FROM (SELECT 1 AS x FROM {fact} UNION ALL SELECT 2 FROM {fact}) f",
+    "exists": "SELECT {select} FROM date_dim f WHERE EXISTS (SELECT 1 FROM {fact} WHERE d_year = 2000)",
+    "other_side": "SELECT {select}, d.d_moy FROM date_dim d, {fact} f WHERE d.d_date_sk < 2 GROUP BY d.d_moy",
+    "scalar": "SELECT {select}, (SELECT count(*) FROM {fact}) AS total FROM date_dim f WHERE d_date_sk = 1",
+}
+
+
+@st.composite
+def no_column_queries(draw) -> tuple[str, str]:
+    """A shape and its query, whose scan of {fact} reads no column: aggregates of none, constants, EXISTS, the
+    other side of a join."""
+    shape = draw(st.sampled_from(sorted(NO_COLUMN_SHAPES)))
+    selects = [s for s in NO_COLUMN_SELECTS if shape != "other_side" or s != "1 AS one"]  # grouped: aggregates
+    return shape, NO_COLUMN_SHAPES[shape].format(select=draw(st.sampled_from(selects)), fact="{fact}")
+
+
+def test_generated_reads_of_no_column_give_a_row_per_stored_row_by_both_readers(star):
+    shapes: Counter = Counter()
+
+    @settings(max_examples=NO_COLUMN_CASES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(case=no_column_queries())
+    def check(case):
+        shape, query = case
+        rows, _ = run(star, query, fact="store_sales_all")
+        assert rows, query
+        shapes[shape] += 1
+
+    check()
+    print(f"generated reads of no column: {dict(shapes)}")
+    assert sum(shapes.values()) == NO_COLUMN_CASES and len(shapes) >= 4
+
+
+def test_a_count_of_the_python_readers_source_and_of_its_sql_equal_the_stored_rows(star, star_root):
+    """``format("dynsource")`` and ``dynsource.sql`` with the Python reader, counting rows without reading a column."""
+    df = star.read.format("dynsource").option("path", str(star_root / "store_sales")).load()
+    assert df.count() == ROWS and df.select().count() == ROWS and df.count() == ROWS  # reused: acted on again
+    assert df.selectExpr("1 AS one").limit(4).collect() == [(1,)] * 4
+    df.createOrReplaceTempView("no_column_view")
+    assert dynsource.sql(star, "SELECT count(*) FROM no_column_view").first()[0] == ROWS
+    counted = dynsource.sql(star, "SELECT count(*) FROM store_sales_all_python")
+    assert counted.first()[0] == ROWS and counted.first()[0] == ROWS
+
+
 GENERATED_CASES = 16
+NO_COLUMN_CASES = 10
 DATE_PREDICATES = ["d_year = 2000", "d_moy = 3", "d_moy IN (2, 7)", "d_moy BETWEEN 4 AND 6", "d_date_sk < 9",
                    "d_year = 2001 AND d_moy > 10", "d_date_sk IS NOT NULL", "d_date_sk % 7 = 1"]
 ITEM_PREDICATES = [None, "i_category = 'Books'", "i_brand LIKE 'brand1%'", "upper(i_category) = 'MUSIC'",

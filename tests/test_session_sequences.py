@@ -1,9 +1,10 @@
 """Generated sessions: random sequences of actions on one reused DataFrame, view, table or filtered DataFrame.
 
 Each machine writes a random Hive-partitioned table (tests/generated_tables.py), makes one object of one kind
-and then runs steps on that same object: count, collect, group-by aggregates, show, explain then act, cache and
-uncache, write then read back; each step with a random WHERE of every shape the README lists, or none. Every
-step is compared with the same step on ``spark.read.parquet`` of the same files, in one Spark job.
+and then runs steps on that same object: count, collect, group-by aggregates, reads of no column (``count(*)``,
+constants), show, explain then act, cache and uncache, write then read back; each step with a random WHERE of
+every shape the README lists, or none. Every step is compared with the same step on ``spark.read.parquet`` of the
+same files, in one Spark job.
 
 Kinds: a ``spark.read.format("dynsource")`` DataFrame; a temporary view (``CREATE TEMPORARY VIEW ... USING
 dynsource``) queried with SQL; ``spark.table`` of a registered table; a DataFrame read with a ``dynamicFilter``
@@ -185,6 +186,18 @@ class SessionMachine(RuleBasedStateMachine):
         for row in rows(grouped):
             sides[row["_side"]].append(row[1:])
         assert sides[0] == sides[1], clause
+
+    @rule(where=st.data(), shape=st.sampled_from(["count(*)", "count(1)", "1 LIMIT 3", "max(2)"]))
+    def read_no_column(self, where, shape) -> None:
+        """Aggregates and constants that need no column still see one row per stored row."""
+        clause = where.draw(wheres(self.table, self.values))
+        self._step(f"no column {shape}", clause)
+        expression, _, limit = shape.partition(" LIMIT ")
+        ours, native = self._pair(clause)
+        found = [df.selectExpr(f"{expression} AS x") for df in (ours, native)]
+        if limit:
+            found = [df.limit(int(limit)) for df in found]
+        assert rows(found[0]) == rows(found[1]), (shape, clause)
 
     @rule(where=st.data(), explain=st.booleans())
     def show_or_explain_then_count(self, where, explain) -> None:
