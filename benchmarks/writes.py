@@ -41,8 +41,8 @@ def rows(spark: SparkSession, count: int, days: int) -> DataFrame:
 
 def write(df: DataFrame, mode: str, path: str) -> None:
     if mode == "dynsource":
-        df.write.format("dynsource").option("path", path).option("partitionColumns", "day DATE").mode(
-            "overwrite").save()
+        df.write.format("dynsource").option("path", path).option("partitionColumns", "day DATE").option(
+            "partitionOverwriteMode", "static").mode("overwrite").save()
     else:
         df.write.partitionBy("day").mode("overwrite").parquet(path)
 

@@ -6,12 +6,17 @@ no rename at all. So that no reader sees part of a write, the commit keeps a
 record in the table's hidden ``_dynsource_commits`` directory, and the
 partition enumerator, which plans every dynsource read, honours it:
 
-1. ``pending``, written before the first file moves: the job's files (their
-   names carry its id, ``part-<task>-<job>-<attempt>.<format>``) are not listed.
+1. ``pending``, written before the first file moves, naming the files the job
+   moves in: they (their names carry the job's id,
+   ``part-<task>-<job>-<attempt>.<format>``) are not listed.
 2. ``committed``, written over the pending record in one step (a rename on a
    local disk, one PUT on an object store) once every file is in place:
    the job's files are listed, and the files it replaces (an overwrite's, named
-   in the record) are not. The replaced files are then deleted.
+   in the record) are not. This is the commit point: a write whose committed
+   record is written has committed, whatever happens after. When writing the
+   record fails in a way that leaves its outcome unknown (a timeout, a
+   connection reset after the request was sent), :func:`outcome` reads it back.
+   The replaced files are then deleted.
 3. The committed record is deleted by a later commit, an hour
    (:data:`KEPT_SECONDS`) after it was written.
 
@@ -26,11 +31,12 @@ pyarrow's dataset) do not read the records: during a commit they see the files
 as they are moved, as with Spark's own file committer. A commit whose driver is
 killed before its record says ``committed`` leaves the record pending: its
 files stay hidden from dynsource's readers (the table is as before), and remain
-in the partition directories for other readers until removed. Killed after,
-its replaced files are hidden, and deleted when a later commit expires the record.
+in the partition directories for other readers until :mod:`dynsource.vacuum`
+removes the abandoned write. Killed after, its replaced files are hidden, and
+deleted when a later commit expires the record.
 
-Records are JSON (``{"job", "state", "replaced", "written_at"}``), read as data:
-nothing in them is executed.
+Records are JSON (``{"job", "state", "replaced", "files", "written_at"}``), read
+as data: nothing in them is executed.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import re
 import time
 from collections.abc import Sequence
@@ -49,9 +56,13 @@ from dynsource import partitions, storage
 if TYPE_CHECKING:
     from dynsource.enumerator import Listing
 
+log = logging.getLogger(__name__)
 DIRECTORY = "_dynsource_commits"
 KEPT_SECONDS = 3600  # how long a committed record outlives its commit: far longer than any walk of the table
 WALKS = 5  # walks of a table whose records change during each of them, before giving up
+STAGING_PREFIX = ".dynsource-staging-"  # a write job's hidden directory of task files, <table>/<prefix><job>
+READ_BACK_ATTEMPTS = 5  # reads of a record whose write failed with an unknown outcome
+READ_BACK_PAUSE_S = 0.5  # before the second read back, doubling
 _JOB_IN_NAME = re.compile(r"^part-\d+-([0-9a-f]{12})-[0-9a-f]{32}\.")
 _STATES = ("pending", "committed")
 
@@ -64,6 +75,12 @@ def job_token(job: str) -> str:
 def file_name(task: str, job: str, attempt: str, extension: str) -> str:
     """A data file's name: unique per task attempt, and telling which job wrote it."""
     return f"part-{task}-{job_token(job)}-{attempt}.{extension}"
+
+
+def job_of(name: str) -> str | None:
+    """The job token in a data file's name, None for a file no dynsource write named."""
+    match = _JOB_IN_NAME.match(name)
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True)
@@ -81,8 +98,7 @@ class Records:
         """Whether a data file at ``relative_path`` (from the table's root) is not part of the table now."""
         if relative_path in self.replaced:
             return True
-        match = _JOB_IN_NAME.match(relative_path.rsplit("/", 1)[-1])
-        return match is not None and match.group(1) in self.pending
+        return job_of(relative_path.rsplit("/", 1)[-1]) in self.pending
 
     def visible(self, listing: Listing, table: str) -> Listing:
         """``listing`` without the files these records hide, nor the partitions left without a file."""
@@ -104,17 +120,19 @@ NONE = Records()
 def read(fs: Any, table: str) -> Records:
     """The records of the table at ``table`` (a path of ``fs``); none when it has no records directory."""
     states, replaced = set(), set()
-    for record in _records(fs, table):
+    for record in records(fs, table):
         states.add((record["job"], record["state"]))
         if record["state"] == "committed":
             replaced.update(record["replaced"])
     return Records(frozenset(states), frozenset(replaced))
 
 
-def write(fs: Any, table: str, job: str, state: str, replaced: Sequence[str] = ()) -> None:
-    """Write (or replace, in one step) ``job``'s record: ``pending``, or ``committed`` with the files it replaced."""
+def write(fs: Any, table: str, job: str, state: str, replaced: Sequence[str] = (), files: Sequence[str] = ()) -> None:
+    """Write (or replace, in one step) ``job``'s record: ``pending`` with the ``files`` it moves in, or
+    ``committed`` with the files it ``replaced`` (paths relative to the table)."""
     directory = f"{table.rstrip('/')}/{DIRECTORY}"
-    record = json.dumps({"job": job, "state": state, "replaced": list(replaced), "written_at": time.time()})
+    record = json.dumps({"job": job, "state": state, "replaced": list(replaced), "files": list(files),
+                         "written_at": time.time()})
     fs.makedirs(directory, exist_ok=True)
     final = f"{directory}/{job}.json"
     if not storage.is_local(fs.unstrip_protocol(directory)):
@@ -125,6 +143,23 @@ def write(fs: Any, table: str, job: str, state: str, replaced: Sequence[str] = (
     fs.mv(temporary, final)
 
 
+def outcome(fs: Any, table: str, job: str) -> str | None:
+    """``job``'s recorded state (``pending``, ``committed``; ``absent`` without a record) as read back after a write
+    of its record failed; None when it cannot be read in :data:`READ_BACK_ATTEMPTS` tries."""
+    pause = READ_BACK_PAUSE_S
+    for attempt in range(READ_BACK_ATTEMPTS):
+        try:
+            found = record(fs, table, job)
+        except (OSError, ValueError) as error:  # the store still failing, or a record read half-written
+            log.warning("dynsource: reading back the commit record of job %s of '%s' failed (%s)", job, table, error)
+            if attempt + 1 < READ_BACK_ATTEMPTS:
+                time.sleep(pause)
+                pause *= 2
+            continue
+        return "absent" if found is None else found["state"]
+    return None
+
+
 def remove(fs: Any, table: str, job: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         fs.rm(f"{table.rstrip('/')}/{DIRECTORY}/{job}.json")
@@ -132,17 +167,7 @@ def remove(fs: Any, table: str, job: str) -> None:
 
 def record(fs: Any, table: str, job: str) -> dict | None:
     """``job``'s record (its ``state`` and the files it ``replaced``), or None when it has none."""
-    return next((found for found in _records(fs, table) if found["job"] == job), None)
-
-
-def expire(fs: Any, table: str, now: float | None = None) -> None:
-    """Delete the committed records older than :data:`KEPT_SECONDS`, and whatever of their replaced files a
-    killed commit left behind."""
-    now = time.time() if now is None else now
-    for record in _records(fs, table):
-        if record["state"] == "committed" and now - record["written_at"] > KEPT_SECONDS:
-            delete_files(fs, table, record["replaced"])
-            remove(fs, table, record["job"])
+    return next((found for found in records(fs, table) if found["job"] == job), None)
 
 
 def delete_files(fs: Any, table: str, relative_paths: Sequence[str]) -> None:
@@ -159,7 +184,8 @@ def delete_files(fs: Any, table: str, relative_paths: Sequence[str]) -> None:
             fs.rmdir(f"{root}/{directory}")
 
 
-def _records(fs: Any, table: str) -> list[dict]:
+def records(fs: Any, table: str) -> list[dict]:
+    """The table's commit records as stored (``job``, ``state``, ``replaced``, ``files``, ``written_at``)."""
     directory = f"{table.rstrip('/')}/{DIRECTORY}"
     # s3fs-like filesystems cache listings, so a record written since would not show. Only this directory's
     # listing is dropped: invalidate_cache(path) also drops its parents', which the walk lists from.
@@ -185,7 +211,9 @@ def _parsed(content: bytes, path: str) -> dict:
         record = json.loads(content)
         valid = (isinstance(record, dict) and isinstance(record.get("job"), str) and record.get("state") in _STATES
                  and isinstance(record.get("replaced"), list) and all(isinstance(p, str) for p in record["replaced"])
-                 and isinstance(record.get("written_at"), (int, float)))
+                 and isinstance(record.get("written_at"), (int, float))
+                 and isinstance(record.setdefault("files", []), list)
+                 and all(isinstance(p, str) for p in record["files"]))
     except ValueError:
         valid = False
     if not valid:

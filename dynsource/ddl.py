@@ -9,9 +9,10 @@ from dynsource.types import normalize_type
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 
 
-def parse_ddl(ddl: str) -> list[tuple[str, str]]:
+def parse_ddl(ddl: str, *, untyped: bool = False) -> list[tuple[str, str]]:
     """``'a BIGINT, `b c` string'`` -> ``[('a', 'bigint'), ('b c', 'string')]`` (types normalized).
 
+    With ``untyped``, a column may be named without a type (``'a, b INT'``): its type is ``''``.
     Raises ``ValueError`` naming the bad piece and what was expected.
     """
     if not ddl.strip():
@@ -19,12 +20,12 @@ def parse_ddl(ddl: str) -> list[tuple[str, str]]:
     columns: list[tuple[str, str]] = []
     seen: set[str] = set()
     for piece in _split_columns(ddl):
-        name, type_text = _column(piece)
+        name, type_text = _column(piece, untyped)
         if name.lower() in seen:  # Spark resolves column names case-insensitively
             raise ValueError(f"Column '{name}' is declared twice in '{ddl}'; expected each column once.")
         seen.add(name.lower())
         try:
-            columns.append((name, normalize_type(type_text)))
+            columns.append((name, normalize_type(type_text) if type_text else ""))
         except ValueError as error:
             raise ValueError(f"Column '{name}' in '{ddl}': {error}") from None
     return columns
@@ -49,7 +50,7 @@ def _split_columns(ddl: str) -> list[str]:
     return pieces
 
 
-def _column(piece: str) -> tuple[str, str]:
+def _column(piece: str, untyped: bool) -> tuple[str, str]:
     text = piece.strip()
     if not text:
         raise ValueError(f"Empty column definition {piece!r}; expected 'name type' between commas.")
@@ -63,6 +64,6 @@ def _column(piece: str) -> tuple[str, str]:
         raise ValueError(f"No column name in '{text}'; expected 'name type' (`quote` other names).")
     if rest and not rest[0].isspace():
         raise ValueError(f"Bad column name in '{text}'; expected 'name type' (`quote` other names).")
-    if not rest.strip():
+    if not rest.strip() and not untyped:
         raise ValueError(f"Column '{name}' has no type; expected 'name type', e.g. '{name} int'.")
     return name, rest.strip()

@@ -35,11 +35,29 @@ def open_table(url: str, storage_options: Mapping[str, Any] | None = None) -> tu
     return fs, root
 
 
-def arrow_filesystem(fs: fsspec.AbstractFileSystem) -> pafs.FileSystem:
-    """pyarrow's native filesystem where there is one (local), else fsspec wrapped for pyarrow."""
+def arrow_filesystem(fs: fsspec.AbstractFileSystem, sizes: Mapping[str, int] | None = None) -> pafs.FileSystem:
+    """pyarrow's native filesystem where there is one (local), else fsspec wrapped for pyarrow; ``sizes`` are the
+    files' sizes as a listing gave them (path -> bytes), which opening them then does not ask the store again."""
     if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
         return pafs.LocalFileSystem()
-    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+    return pafs.PyFileSystem(_ListedFiles(fs, dict(sizes or {})))
+
+
+class _ListedFiles(pafs.FSSpecHandler):
+    """fsspec for pyarrow, opening a file without first asking whether it exists: fsspec's ``isfile`` turns any
+    error (a store's 500) into "no such file" and costs a request, while ``open`` raises what the store said. A
+    file of known size opens without a request at all (s3fs asks for its size otherwise)."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, sizes: dict[str, int]) -> None:
+        super().__init__(fs)
+        self.sizes = sizes
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        size = self.sizes.get(path)
+        opened = self.fs.open(path, mode="rb") if size is None else self.fs.open(path, mode="rb", size=size)
+        return pa.PythonFile(opened, mode="r")
+
+    open_input_stream = open_input_file
 
 
 def file_format(name: str) -> ds.FileFormat:
@@ -59,7 +77,8 @@ def file_schema(path: str, fs: pafs.FileSystem, format_name: str) -> pa.Schema:
         # The fragment has read the footer for its schema: reuse it rather than open the file again.
         return _int96_as_instants(fragment.metadata.schema, schema) if format_name == "parquet" else schema
     except (OSError, pa.ArrowException) as error:
-        raise ValueError(f"Cannot read the schema of data file '{path}' as {format_name}: {error}") from None
+        raise ValueError(
+            f"Cannot read the schema of data file '{path}' as {format_name}: {_described(error)}") from None
 
 
 def read_columns(path: str, fs: pafs.FileSystem, format_name: str, columns: Sequence[str]) -> pa.Table:
@@ -67,6 +86,11 @@ def read_columns(path: str, fs: pafs.FileSystem, format_name: str, columns: Sequ
     if format_name == "json":
         return _read_json(path, fs).select(list(columns))
     return file_format(format_name).make_fragment(path, filesystem=fs).to_table(columns=list(columns))
+
+
+def _described(error: Exception) -> str:
+    """An error as its kind and message: a storage error's message may be the path alone (``FileNotFoundError``)."""
+    return f"{type(error).__name__}: {error}"
 
 
 def _int96_as_instants(parquet_schema: pq.ParquetSchema, schema: pa.Schema) -> pa.Schema:
@@ -102,7 +126,7 @@ def read_split(
             if conformed.num_rows:
                 yield conformed
     except (OSError, pa.ArrowException) as error:
-        raise ValueError(f"Cannot read data file '{split.path}' as {format_name}: {error}") from error
+        raise ValueError(f"Cannot read data file '{split.path}' as {format_name}: {_described(error)}") from error
 
 
 def _batches(

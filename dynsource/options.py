@@ -30,6 +30,7 @@ DEFAULT_BATCH_SIZE = 65536
 # openLooKeng's hive.dynamic-filtering-row-filtering-threshold default.
 DEFAULT_ROW_FILTER_MAX_KEYS = 2000
 DEFAULT_WAIT_MS = 10_000  # how long planning waits for a filter still being collected
+DEFAULT_ABANDONED_AGE_MS = 24 * 3600 * 1000  # a day: a running write's staging changes, and a commit takes seconds
 
 _BYTES = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -109,7 +110,7 @@ def _handle(name: str, value: str) -> str | None:
 
 def _ddl(name: str, value: str) -> tuple[tuple[str, str], ...]:
     try:
-        return tuple(parse_ddl(value))
+        return tuple(parse_ddl(value, untyped=True))
     except ValueError as error:
         raise ValueError(f"Option '{name}' = {value!r} is not valid: {error}") from None
 
@@ -152,7 +153,7 @@ def _boolean_text(value: bool) -> str:
 
 
 def _ddl_text(columns: tuple[tuple[str, str], ...]) -> str:
-    return ", ".join(f"`{name.replace('`', '``')}` {type_name}" for name, type_name in columns)
+    return ", ".join(f"`{name.replace('`', '``')}` {type_name}".rstrip() for name, type_name in columns)
 
 
 def _json_text(value: StorageOptions) -> str:
@@ -192,7 +193,8 @@ class ScanOptions:
                                                           _json_text)
     log_level: str | None = _option("logLevel", _log_level, None)
     reader: str = _option("reader", _choice(READERS), "auto")
-    partition_overwrite_mode: str = _option("partitionOverwriteMode", _choice(OVERWRITE_MODES), "static")
+    partition_overwrite_mode: str | None = _option("partitionOverwriteMode", _choice(OVERWRITE_MODES), None)
+    abandoned_write_age_ms: int = _option("abandonedWriteAgeMs", _non_negative_int, DEFAULT_ABANDONED_AGE_MS)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -201,6 +203,11 @@ class ScanOptions:
         if "path" not in parsed:
             raise ValueError(_PATH_REQUIRED)
         return cls(**parsed)
+
+    @property
+    def declared_types(self) -> dict[str, str]:
+        """The Spark SQL types ``partitionColumns`` declares, by column (a column named without one is left out)."""
+        return {name: type_name for name, type_name in self.partition_columns if type_name}
 
     def with_options(self, options: Mapping[str, str]) -> ScanOptions:
         """These options overridden by ``options`` (string options, validated as by :meth:`parse`).

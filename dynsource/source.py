@@ -92,7 +92,12 @@ class DynsourceDataSource(DataSource):
         ``storage_options=`` of ``collect``/``publish``), when they differ from the table's.
     partitionColumns : str, default inferred
         DDL of partition column types, e.g. ``"ss_sold_date_sk BIGINT"``;
-        unnamed columns are inferred like Spark does.
+        unnamed columns are inferred like Spark does. A column may be named
+        without a type (``"day, store INT"``): a read infers it, a write takes
+        the rows' type. On a write it names the partition columns, in order
+        (an existing table's must be these); without it a write keeps the
+        table's. ``DataFrameWriter.partitionBy`` cannot be used: Spark refuses
+        it for a Python data source before dynsource runs.
     mergeSchema : bool, default "false"
         As Spark's ``spark.sql.parquet.mergeSchema``: the inferred schema is the
         union of every data file's columns (each file's schema is read) instead
@@ -154,12 +159,18 @@ class DynsourceDataSource(DataSource):
         with its jars) in a classic session, else this one (``memory://``,
         ``s3://`` through fsspec, Spark Connect). ``spark`` where Spark cannot
         open the table is an error.
-    partitionOverwriteMode : str, default "static"
+    partitionOverwriteMode : str, default none
         What a write in mode ``overwrite`` (``INSERT OVERWRITE``) replaces, as
         Spark's ``spark.sql.sources.partitionOverwriteMode``: ``static``, the whole
-        table; ``dynamic``, only the partitions the write has rows for. Set it on
-        the write (``.option(...)``), or when registering a table for its
-        ``INSERT OVERWRITE``; ``dynsource.write`` takes the session's setting.
+        table; ``dynamic``, only the partitions the write has rows for. Spark
+        does not pass its session's setting to a Python data source, so an
+        overwrite of a partitioned table that sets it neither on the write
+        (``.option(...)``) nor on the registered table is refused before anything
+        is deleted; ``dynsource.write`` and ``dynsource.sql`` take the session's.
+    abandonedWriteAgeMs : str, default "86400000" (a day)
+        On a write: the age past which a staging directory or a pending commit
+        record left by a killed write is removed by this write's commit (as
+        ``dynsource table vacuum`` does). A running write keeps its own younger.
 
     Examples
     --------
@@ -225,7 +236,7 @@ class DynsourceDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DynsourceWriter:
         """Spark's writes into the table (``save``, ``INSERT INTO`` / ``INSERT OVERWRITE`` of a registered table):
         checked here, on the driver, before any task writes."""
-        return DynsourceWriter(plan_write(self.scan_options, schema), overwrite)
+        return DynsourceWriter(plan_write(self.scan_options, schema, overwrite), overwrite)
 
     def reader(self, schema: StructType) -> DynsourceReader:
         return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level, self.scan_reader)
@@ -251,7 +262,8 @@ class DynsourceReader(DataSourceReader):
             return
         logs.configure_worker(self.log_level)
         plan = partition
-        fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storage_options)[0])
+        sizes = {split.path: split.file_size for split in plan.splits}
+        fs = files.arrow_filesystem(files.open_table(self.options.path, self.options.storage_options)[0], sizes)
         target = read_arrow_schema(self.schema)
         row_filter = rowfilter.open_row_filter(plan.row_filter)
         for split in plan.splits:

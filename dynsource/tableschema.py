@@ -31,9 +31,9 @@ def infer_schema(options: ScanOptions) -> StructType:
     declares every partition column it meets (their types need no values), else the whole table, whose
     partition values give the undeclared columns' types (and, with ``mergeSchema``, whose files are merged)."""
     fs, walk = table_walk(options)
-    if options.partition_columns and not options.merge_schema:
+    if options.declared_types and not options.merge_schema:
         branch = walk.enumerate(first_branch)
-        if branch.partitions and set(branch.columns) <= set(dict(options.partition_columns)):
+        if branch.partitions and set(branch.columns) <= set(options.declared_types):
             return table_schema(branch, fs, options)
     return table_schema(walk.enumerate(), fs, options)
 
@@ -79,11 +79,11 @@ def _stored_schema(paths: list[str], fs: Any, options: ScanOptions) -> StructTyp
 
 
 def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:
-    declared = dict(options.partition_columns)
-    undeclared = sorted(set(declared) - set(listing.columns))
-    if undeclared:
+    declared = options.declared_types
+    unknown = sorted({name for name, _ in options.partition_columns} - set(listing.columns))
+    if unknown:
         raise ValueError(
-            f"Option 'partitionColumns' names {undeclared}, which are not partition columns of '{options.path}'; "
+            f"Option 'partitionColumns' names {unknown}, which are not partition columns of '{options.path}'; "
             f"its partition columns are {list(listing.columns)}."
         )
     fields = []
@@ -96,4 +96,4 @@ def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructFiel
 def read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str]:
     """Spark SQL type of each read-schema column, with ``partitionColumns`` declarations taking precedence."""
     schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
-    return {**schema_types, **dict(options.partition_columns)}
+    return {**schema_types, **options.declared_types}

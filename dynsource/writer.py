@@ -11,24 +11,31 @@ as Spark escapes them, ``__HIVE_DEFAULT_PARTITION__`` for null (and, as in
 Spark, for an empty string); partition columns are not stored in the files.
 
 :meth:`DynsourceWriter.commit` runs once, on the driver, with the files of the
-attempts Spark kept. Under a pending commit record it moves each file into its
-partition directory; then the record says ``committed``, naming the files an
-overwrite replaces (every data file of the table for a static overwrite, those
-of the partitions written for a dynamic one), which are deleted. dynsource's
-readers see the table before the record's switch or after it, on any
-filesystem (:mod:`dynsource.commits`). :meth:`DynsourceWriter.abort` removes
-what a failed commit moved and the staging directory: a failed job leaves
-nothing visible.
+attempts Spark kept. Under a pending commit record naming them it moves each
+file into its partition directory; then the record says ``committed``, naming
+the files an overwrite replaces (every data file of the table for a static
+overwrite, those of the partitions written for a dynamic one). That write is the
+commit point: dynsource's readers see the table before it or after it, on any
+filesystem (:mod:`dynsource.commits`), and the write raises only if it did not
+commit. What follows (deleting the replaced files and the staging directory,
+removing abandoned writes, :mod:`dynsource.vacuum`) is best effort: a failure
+there is a WARNING, and the next commit or ``dynsource table vacuum`` finishes
+it. :meth:`DynsourceWriter.abort` removes what a failed commit moved and the
+staging directory: a failed job leaves nothing visible.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import re
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,13 +46,16 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from dynsource import commits, files, partitions, tableschema
-from dynsource.enumerator import Listing
-from dynsource.options import ScanOptions
+from dynsource import commits, files, partitions, tableschema, vacuum
+from dynsource.enumerator import Listing, PartitionEnumerator
+from dynsource.levels import PartitionTyping
+from dynsource.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.storage import StorageOptions
 from dynsource.types import normalize_type
 
-STAGING_PREFIX = ".dynsource-staging-"
+log = logging.getLogger(__name__)
+# Tests hold a write at a step to kill or fault it there: "<step>:<directory>" (see _pause_at).
+PAUSE_ENV = "DYNSOURCE_WRITE_PAUSE"
 _WRITABLE = re.compile(r"^(tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|string|date|boolean)$")
 _EXTENSIONS = {"parquet": "parquet", "orc": "orc", "csv": "csv", "json": "json"}
 
@@ -59,6 +69,9 @@ class WriteTarget:
     format: str
     partition_columns: tuple[str, ...]
     partition_overwrite_mode: str = "static"
+    abandoned_age_ms: int = DEFAULT_ABANDONED_AGE_MS
+    # The type each partition column's values must convert to, inferred from the table's first directories ('': any).
+    inferred_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,41 +117,97 @@ class DynsourceWriter(DataSourceArrowWriter):
         finally:
             for sink in sinks.values():
                 sink.close()
+        _pause_at("tasks")
         return TaskFiles(attempt, tuple(WrittenFile(d, s.name, s.rows) for d, s in sorted(sinks.items())))
 
     def commit(self, messages: Sequence[TaskFiles | None]) -> None:
         fs, root = files.open_table(self.target.url, self.target.storage_options)
         kept = [m for m in messages if m is not None]
         static = self.target.partition_overwrite_mode == "static" or not self.target.partition_columns
+        if any(self.target.inferred_types):
+            _check_values(fs, root, self.target, _directories(kept))
         replaced = [] if not self.overwrite else _data_files(fs, root, [""] if static else _directories(kept))
-        commits.write(fs, root, self.job, "pending")
+        commits.write(fs, root, self.job, "pending", files=[written.path for _, written in _files(kept)])
+        _pause_at("pending")
         for message, written in _files(kept):
             target = f"{root}/{written.directory}".rstrip("/")
             fs.makedirs(target, exist_ok=True)
             fs.mv(f"{self._staging(root)}/{message.attempt}/{written.path}", f"{target}/{written.name}")
-        commits.write(fs, root, self.job, "committed", replaced)
-        commits.delete_files(fs, root, replaced)
-        commits.expire(fs, root)
-        self._remove_staging(fs, root)
+        _pause_at("moved")
+        self._publish(fs, root, replaced)
+        _pause_at("committed")
+        self._finish(fs, root, replaced)
 
     def abort(self, messages: Sequence[TaskFiles | None]) -> None:
-        """Undo a commit that failed before its record said committed (finish one that failed after), and
-        remove the staging directory."""
+        """Undo a commit that failed before its record said committed (finish one that committed), and remove the
+        staging directory."""
         fs, root = files.open_table(self.target.url, self.target.storage_options)
-        recorded = commits.record(fs, root, self.job) or {"state": None}
-        if recorded["state"] == "pending":
-            commits.delete_files(fs, root, [w.path for _, w in _files([m for m in messages if m is not None])])
+        recorded = commits.record(fs, root, self.job)
+        if recorded is not None and recorded["state"] == "committed":
+            self._finish(fs, root, recorded["replaced"])
+            return
+        if recorded is not None:  # pending: the files first, as without the record readers would list them
+            moved = recorded["files"] or [w.path for _, w in _files([m for m in messages if m is not None])]
+            commits.delete_files(fs, root, moved)
             commits.remove(fs, root, self.job)
-        elif recorded["state"] == "committed":
-            commits.delete_files(fs, root, recorded["replaced"])
-        self._remove_staging(fs, root)
+        self._best_effort("its staging directory", self._remove_staging, fs, root)
+
+    def _publish(self, fs: Any, root: str, replaced: Sequence[str]) -> None:
+        """Write the committed record: the commit point. A failure whose outcome is unknown (a timeout, a reset
+        after the request went out) is settled by reading the record back."""
+        try:
+            commits.write(fs, root, self.job, "committed", replaced)
+        except Exception as error:
+            state = commits.outcome(fs, root, self.job)
+            if state == "committed":
+                log.warning("dynsource: writing the commit record of '%s' failed (%s), but it reads back as "
+                            "committed: the write committed.", self.target.url, error)
+                return
+            if state is None:
+                raise CommitOutcomeUnknown(
+                    f"The write to '{self.target.url}' may or may not have committed: writing its commit record "
+                    f"failed ({error}) and the record could not be read back. Check the table's rows before "
+                    "writing the same rows again."
+                ) from error
+            raise
+
+    def _finish(self, fs: Any, root: str, replaced: Sequence[str]) -> None:
+        """What follows the commit point, best effort: it can leave only hidden names behind."""
+        self._best_effort("the files it replaced", commits.delete_files, fs, root, replaced)
+        age_s = self.target.abandoned_age_ms / 1000
+        self._best_effort("abandoned writes", vacuum.vacuum, fs, root, age_s)
+        self._best_effort("its staging directory", self._remove_staging, fs, root)
+
+    def _best_effort(self, what: str, step: Any, *args: Any) -> None:
+        try:
+            step(*args)
+        except Exception as error:  # the write has committed (or never will): a clean-up must not fail it
+            log.warning("dynsource: removing %s of the write of job %s to '%s' failed (%s); it is hidden from "
+                        "readers, and the next commit or `dynsource table vacuum` removes it.", what, self.job,
+                        self.target.url, error)
 
     def _staging(self, root: str) -> str:
-        return f"{root}/{STAGING_PREFIX}{self.job}"
+        return f"{root}/{commits.STAGING_PREFIX}{self.job}"
 
     def _remove_staging(self, fs: Any, root: str) -> None:
         with contextlib.suppress(FileNotFoundError):  # an object store has no empty directories left to remove
             fs.rm(self._staging(root), recursive=True)
+
+
+class CommitOutcomeUnknown(RuntimeError):
+    """Writing a commit record failed in a way that may have written it, and reading it back failed too."""
+
+
+def _pause_at(step: str) -> None:
+    """Hold the write at ``step`` while a test's ``<directory>/<step>.hold`` exists (``$DYNSOURCE_WRITE_PAUSE`` =
+    ``<step>:<directory>``), after creating ``<step>.reached`` there: a test kills or faults the write there."""
+    wanted, _, directory = os.environ.get(PAUSE_ENV, "").partition(":")
+    if wanted != step:
+        return
+    Path(directory, f"{step}.reached").touch()
+    deadline = time.monotonic() + 600
+    while Path(directory, f"{step}.hold").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _task_id() -> str:
@@ -231,9 +300,10 @@ def _data_files(fs: Any, root: str, directories: Sequence[str]) -> list[str]:
     return found
 
 
-def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
-    """What a write of rows of ``schema`` into the table of ``options`` does, checked on the driver first: the
-    partition columns (``partitionColumns``, else those of the table's existing directories, else none)."""
+def plan_write(options: ScanOptions, schema: StructType, overwrite: bool = False) -> WriteTarget:
+    """What a write of rows of ``schema`` into the table of ``options`` does, checked on the driver before any task
+    writes: the partition columns (``partitionColumns``, else those of the table's existing directories, else
+    none) and the types their values must convert to, and for an overwrite what it replaces."""
     fs, root = files.open_table(options.path, options.storage_options)
     try:
         kind = fs.info(root)["type"]
@@ -242,19 +312,43 @@ def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
     if kind not in (None, "directory"):
         raise ValueError(f"Option 'path' = {options.path!r} is a file; a write needs the table's directory.")
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
-    declared = dict(options.partition_columns)
     existing = _existing_branch(options) if kind == "directory" else None
-    columns = tuple(declared) or (existing.columns if existing is not None else ())
+    columns = tuple(name for name, _ in options.partition_columns) or (existing.columns if existing else ())
+    if existing is not None and existing.columns != columns:
+        raise ValueError(f"Option 'partitionColumns' names {list(columns)}, but table '{options.path}' is "
+                         f"partitioned by {list(existing.columns)}; write with those (or leave the option out).")
     if existing is not None and options.format in ("parquet", "orc"):  # csv and json files store no types
         stored = tableschema.table_schema(existing, fs, options)
         check_columns({n: t for n, t in types.items() if n not in columns},
                       {f.name: f.dataType.simpleString() for f in stored.fields if f.name not in columns},
                       "the rows to write", f"the files of table '{options.path}'")
+    _check_partition_columns(columns, types, options.declared_types)
+    if overwrite and columns and options.partition_overwrite_mode is None:
+        raise ValueError(_OVERWRITE_MODE_UNSET.format(path=options.path))
+    # An undeclared column's values must convert to the type of the table's existing ones (a declared column's
+    # type is the rows' own, checked above).
+    inferred = tuple("" if existing is None or column in options.declared_types
+                     else partitions.infer_type(p.raw_values[index] for p in existing.partitions)
+                     for index, column in enumerate(columns))
+    return WriteTarget(options.path, options.storage_options, options.format, columns,
+                       options.partition_overwrite_mode or "static", options.abandoned_write_age_ms, inferred)
+
+
+_OVERWRITE_MODE_UNSET = (
+    "An overwrite of partitioned table '{path}' needs option 'partitionOverwriteMode': 'static' replaces the whole "
+    "table, 'dynamic' only the partitions written (as Spark's spark.sql.sources.partitionOverwriteMode, which Spark "
+    "does not pass to a Python data source). Set it on the write (.option('partitionOverwriteMode', 'dynamic')) or "
+    "on the table (dynsource.register_table(..., partitionOverwriteMode='dynamic')); dynsource.write and "
+    "dynsource.sql follow the session's setting. Nothing was written."
+)
+
+
+def _check_partition_columns(columns: Sequence[str], types: Mapping[str, str], declared: Mapping[str, str]) -> None:
     for column in columns:
         if column not in types:
             raise ValueError(f"The rows to write have no partition column '{column}' (the table's partition columns "
                              f"are {list(columns)}); their columns are {list(types)}.")
-        if declared and normalize_type(types[column]) != declared[column]:
+        if column in declared and normalize_type(types[column]) != declared[column]:
             raise ValueError(f"Partition column '{column}' is {types[column]} in the rows to write, but option "
                              f"'partitionColumns' declares it {declared[column]}.")
         if not _WRITABLE.match(types[column]):
@@ -263,8 +357,35 @@ def plan_write(options: ScanOptions, schema: StructType) -> WriteTarget:
     if columns and len(columns) == len(types):
         raise ValueError(f"Every column of the rows to write is a partition column ({list(columns)}): "
                          "the data files would have no column.")
-    return WriteTarget(options.path, options.storage_options, options.format, columns,
-                       options.partition_overwrite_mode)
+
+
+def _check_values(fs: Any, root: str, target: WriteTarget, directories: Sequence[str]) -> None:
+    """Each written directory's values must convert to the types readers infer for their columns, or they would
+    fail on them or type the column otherwise: those of the table's first directories, and when a value does not
+    convert to that, of all of them (a table with a value that is no date, say, takes any text)."""
+    raws = [segment.split("=", 1)[1] for directory in directories for segment in directory.split("/")]
+    width = len(target.partition_columns)
+    for index, (column, type_name) in enumerate(zip(target.partition_columns, target.inferred_types, strict=True)):
+        values = sorted(set(raws[index::width]))
+        bad = _unconvertible(values, column, type_name)
+        if bad is not None:
+            listing = PartitionEnumerator(fs, root).enumerate()
+            type_name = partitions.infer_type(p.raw_values[index] for p in listing.partitions)
+            bad = _unconvertible(values, column, type_name)
+        if bad is not None:
+            raise ValueError(
+                f"Partition column '{column}' of table '{target.url}' is {type_name} (inferred from its "
+                f"directories), but the rows to write have the value '{partitions.unescape_path_name(bad)}', which "
+                f"cannot be converted to {type_name}; nothing was written. Fix or cast the value, or declare the "
+                f"column's type with option partitionColumns (e.g. '{column} STRING') on every read of the table.")
+
+
+def _unconvertible(raw_values: Sequence[str], column: str, type_name: str) -> str | None:
+    """The first of ``raw_values`` (escaped) with no image in ``type_name``, None when all convert."""
+    if not type_name or not raw_values:
+        return None
+    _, _, failed = PartitionTyping({column: type_name}).type_level(column, raw_values)
+    return raw_values[pc.index(failed, True).as_py()] if pc.any(failed).as_py() else None
 
 
 def _existing_branch(options: ScanOptions) -> Listing | None:

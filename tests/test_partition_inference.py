@@ -285,6 +285,7 @@ def test_parse_ddl():
         ("a", "bigint"), ("b c", "string"), ("d", "decimal(10,2)"), ("e`f", "string")
     ]
     assert parse_ddl("  day date ") == [("day", "date")]
+    assert parse_ddl("a, `b c` INT", untyped=True) == [("a", ""), ("b c", "int")]  # partitionColumns names one
 
 
 @pytest.mark.parametrize(

@@ -299,7 +299,8 @@ def test_writes_to_s3_equal_the_same_writes_on_local_disk(spark, s3, tmp_path):
 
     steps = [("append", loaded(range(1, 4), "east"), {}), ("append", loaded(range(2, 5), "west"), {}),
              ("overwrite", loaded(range(3, 4), "east"), {"partitionOverwriteMode": "dynamic"}),
-             ("append", loaded(range(4, 5), "east"), {}), ("overwrite", loaded(range(5, 7), "west"), {}),
+             ("append", loaded(range(4, 5), "east"), {}),
+             ("overwrite", loaded(range(5, 7), "west"), {"partitionOverwriteMode": "static"}),
              ("append", loaded(range(1, 2), "east"), {})]
     for mode, df, extra in steps:
         for path in (url, local):

@@ -65,7 +65,7 @@ def test_every_mode_on_a_path_as_spark_writes_it(spark, tmp_path):
     steps = [("append", range(0, 3)), ("append", range(3, 5)), ("overwrite", range(4, 6)), ("append", range(6, 7))]
     for mode, days in steps:
         df = sales(spark, days)
-        save(df, ours, mode, partitionColumns=PARTITIONED)
+        save(df, ours, mode, partitionColumns=PARTITIONED, partitionOverwriteMode="static")
         df.write.partitionBy("region", "store").mode(mode).parquet(str(theirs))
         assert rows(read(spark, ours)) == rows(spark.read.parquet(str(theirs))), (mode, days)
     existing = rows(read(spark, ours))
@@ -95,6 +95,70 @@ def test_dynamic_overwrite_replaces_only_the_partitions_written(spark, tmp_path)
         assert rows(read(spark, ours)) == rows(spark.read.parquet(str(theirs)))
     finally:
         spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+
+
+def test_an_overwrite_whose_mode_is_set_nowhere_is_refused_before_anything_is_deleted(spark, tmp_path, definitions):
+    """Spark does not pass its session's partitionOverwriteMode to a Python source: under the session's 'dynamic'
+    an overwrite replacing the whole table would silently lose partitions, so it must be set on the write or table."""
+    table = tmp_path / "t"
+    save(sales(spark, range(3)), table, partitionColumns="day DATE")
+    before = rows(read(spark, table))
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        for overwrite in (lambda: save(sales(spark, range(1)), table, "overwrite"),
+                          lambda: spark.sql("INSERT OVERWRITE refused_sales SELECT * FROM refused_load")):
+            dynsource.register_table(spark, "refused_sales", path=str(table), definitions=definitions, replace=True)
+            sales(spark, range(1)).select(*spark.table("refused_sales").columns).createOrReplaceTempView(
+                "refused_load")
+            with pytest.raises(Exception, match=r"(needs option 'partitionOverwriteMode'.*Set it on the write "
+                                                r"\(.option\('partitionOverwriteMode', 'dynamic'\)\) or on the "
+                                                r"table)|(does not support dynamic overwrite)"):
+                overwrite()
+            assert rows(read(spark, table)) == before
+        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
+        with pytest.raises(Exception, match=r"needs option 'partitionOverwriteMode'"):
+            spark.sql("INSERT OVERWRITE refused_sales SELECT * FROM refused_load")  # the table sets no mode
+        assert rows(read(spark, table)) == before
+        save(sales(spark, range(1)), table, "overwrite", partitionOverwriteMode="dynamic")  # day 0 replaced
+        assert rows(read(spark, table)) == before
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+        dynsource.drop_table(spark, "refused_sales", definitions=definitions)
+
+
+def test_a_path_write_of_a_value_the_tables_partition_type_cannot_hold_writes_nothing(spark, tmp_path):
+    table = tmp_path / "orders"
+    dated = spark.createDataFrame([(1, dt.date(2024, 1, 1)), (2, dt.date(2024, 1, 2))], "id INT, order_date DATE")
+    save(dated, table, partitionColumns="order_date")  # the name only: the type is the rows'
+    texts = spark.createDataFrame([(3, "2024-01-03"), (4, "not-a-date")], "id INT, order_date STRING")
+    with pytest.raises(Exception, match=r"Partition column 'order_date' of table '.*orders' is date \(inferred from "
+                                        r"its directories\), but the rows to write have the value 'not-a-date'"):
+        save(texts, table)
+    assert leaves(table) == ["order_date=2024-01-01", "order_date=2024-01-02"]
+    assert not [name for name in os.listdir(table) if name.startswith(".dynsource")]
+    save(texts.where("id = 3"), table)  # a text that is a date is one
+    assert rows(read(spark, table, "id INT, order_date DATE", partitionColumns="order_date DATE")) == [
+        (1, dt.date(2024, 1, 1)), (2, dt.date(2024, 1, 2)), (3, dt.date(2024, 1, 3))]
+
+
+def test_a_table_partitioned_by_strings_takes_any_value_and_names_must_match_the_tables(spark, tmp_path):
+    table = tmp_path / "t"
+    save(spark.createDataFrame([(1, "2024-01-01"), (2, "later")], "id INT, d STRING"), table, partitionColumns="d")
+    save(spark.createDataFrame([(3, "2024-01-05")], "id INT, d STRING"), table)  # first directory a date: fine
+    save(spark.createDataFrame([(4, "anything")], "id INT, d STRING"), table)
+    assert len(leaves(table)) == 4
+    with pytest.raises(Exception, match=r"Option 'partitionColumns' names \['id'\], but table '.*' is partitioned "
+                                        r"by \['d'\]"):
+        save(spark.createDataFrame([(5, "x")], "id INT, d STRING"), table, partitionColumns="id")
+
+
+def test_partition_by_is_refused_by_spark_before_dynsource_runs(spark, tmp_path):
+    """DataFrameWriter.partitionBy: Spark compares it with the table's partitioning, which a Python data source
+    cannot declare, before any of dynsource's code runs (pyspark 4.0 and 4.3); partitionColumns is the way."""
+    with pytest.raises(Exception, match="The provided partitioning or clustering columns do not match"):
+        sales(spark, range(1)).write.format("dynsource").option("path", str(tmp_path / "t")).partitionBy("store") \
+            .mode("append").save()
+    assert not (tmp_path / "t").exists()
 
 
 @pytest.mark.parametrize("fmt", ["orc", "csv", "json"])
