@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dynsource.query import explain_sql, sql
     from dynsource.report import QueryReport, ScanReport, scan_report, scan_reports
     from dynsource.source import DynsourceDataSource
-    from dynsource.writes import write
+    from dynsource.writes import vacuum, write
 
 # Each public name and the module that defines it.
 _PUBLIC = {
@@ -43,6 +43,7 @@ _PUBLIC = {
     "scan_report": "dynsource.report",
     "scan_reports": "dynsource.report",
     "sql": "dynsource.query",
+    "vacuum": "dynsource.writes",
     "write": "dynsource.writes",
 }
 
@@ -66,6 +67,7 @@ __all__ = [
     "scan_report",
     "scan_reports",
     "sql",
+    "vacuum",
     "write",
 ]
 

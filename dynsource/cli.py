@@ -94,6 +94,18 @@ def _add_table_commands(commands: argparse._SubParsersAction) -> None:
     drop.add_argument("name", help="table name: 'table' or 'db.table'")
     for action in actions.choices.values():
         _add_session_arguments(action)
+    vacuum = actions.add_parser(
+        "vacuum", help="remove what killed writes left in a table (staging directories, pending commits)",
+        description="Remove the staging directories and pending commits of writes killed before they finished, "
+                    "older than --older-than, with the files those commits had moved in, and expired commit "
+                    "records. TABLE is a table directory (no Spark session is started) or a registered table's name.")
+    vacuum.add_argument("table", help="a table directory (fsspec URL or local path) or a registered table's name")
+    vacuum.add_argument("--older-than", type=_duration, default=_duration("1d"), metavar="AGE",
+                        help="a number with an optional unit s, m, h, d or w (default: 1d)")
+    vacuum.add_argument("--dry-run", action="store_true", help="list what would be removed, and remove nothing")
+    vacuum.add_argument("--storage-options", metavar="JSON",
+                        help="fsspec storage options of a table directory as a JSON object (credentials, endpoint)")
+    _add_session_arguments(vacuum)
 
 
 def _add_sql_command(commands: argparse._SubParsersAction) -> None:
@@ -146,10 +158,13 @@ def _run_sql(spark: SparkSession, args: argparse.Namespace) -> None:
 def _table(args: argparse.Namespace) -> None:
     from pyspark.errors import AnalysisException
 
-    from dynsource import catalog
+    from dynsource import catalog, writes
 
+    if args.action == "vacuum" and writes.is_path(args.table):  # a directory: no session to start
+        _vacuum(None, args)
+        return
     spark = _hive_session(args.conf, args.metastore)
-    actions = {"create": _create_table, "drop": _drop_table, "list": _list_tables}
+    actions = {"create": _create_table, "drop": _drop_table, "list": _list_tables, "vacuum": _vacuum}
     try:
         if args.definitions:  # dynsource.register() restored only the tables of the default location
             catalog.register_tables(spark, definitions=args.definitions)
@@ -199,6 +214,24 @@ def _list_tables(spark: SparkSession, args: argparse.Namespace) -> None:
         except catalog.TableDefinitionError as error:
             path = f"(unreadable: {error})"
         print(f"{table}\t{state}\t{path}")
+
+
+def _vacuum(spark: SparkSession | None, args: argparse.Namespace) -> None:
+    from dynsource import writes
+    from dynsource.storage import StorageOptions
+
+    try:
+        options = StorageOptions.parse("--storage-options", args.storage_options)
+        found = writes.vacuum(args.table, spark=spark, older_than_s=args.older_than.seconds, dry_run=args.dry_run,
+                              storage_options=options)
+    except (ValueError, OSError) as error:
+        sys.exit(f"dynsource table vacuum: {_first_line(error)}")
+    for line in found.lines():
+        print(line)
+    verb, note = ("would remove", " (dry run: nothing removed)") if args.dry_run else ("removed", "")
+    print(f"{verb} {len(found.staging)} staging director(ies), {len(found.pending)} pending commit(s) with "
+          f"{len(found.files)} file(s), {len(found.expired)} expired record(s) older than {args.older_than.text} "
+          f"from {args.table}{note}", file=sys.stderr)
 
 
 def _hive_session(conf: list[str], metastore: str | None) -> SparkSession:

@@ -31,9 +31,10 @@ pyarrow's dataset) do not read the records: during a commit they see the files
 as they are moved, as with Spark's own file committer. A commit whose driver is
 killed before its record says ``committed`` leaves the record pending: its
 files stay hidden from dynsource's readers (the table is as before), and remain
-in the partition directories for other readers until :mod:`dynsource.vacuum`
-removes the abandoned write. Killed after, its replaced files are hidden, and
-deleted when a later commit expires the record.
+in the partition directories for other readers until the abandoned write is
+removed (:mod:`dynsource.abandoned`: by a later commit, or a vacuum). Killed
+after, its replaced files are hidden, and deleted when a later commit expires
+the record.
 
 Records are JSON (``{"job", "state", "replaced", "files", "written_at"}``), read
 as data: nothing in them is executed.

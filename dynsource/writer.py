@@ -18,7 +18,7 @@ overwrite, those of the partitions written for a dynamic one). That write is the
 commit point: dynsource's readers see the table before it or after it, on any
 filesystem (:mod:`dynsource.commits`), and the write raises only if it did not
 commit. What follows (deleting the replaced files and the staging directory,
-removing abandoned writes, :mod:`dynsource.vacuum`) is best effort: a failure
+removing abandoned writes, :mod:`dynsource.abandoned`) is best effort: a failure
 there is a WARNING, and the next commit or ``dynsource table vacuum`` finishes
 it. :meth:`DynsourceWriter.abort` removes what a failed commit moved and the
 staging directory: a failed job leaves nothing visible.
@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from dynsource import commits, files, partitions, tableschema, vacuum
+from dynsource import abandoned, commits, files, partitions, tableschema
 from dynsource.enumerator import Listing, PartitionEnumerator
 from dynsource.levels import PartitionTyping
 from dynsource.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
@@ -175,7 +175,7 @@ class DynsourceWriter(DataSourceArrowWriter):
         """What follows the commit point, best effort: it can leave only hidden names behind."""
         self._best_effort("the files it replaced", commits.delete_files, fs, root, replaced)
         age_s = self.target.abandoned_age_ms / 1000
-        self._best_effort("abandoned writes", vacuum.vacuum, fs, root, age_s)
+        self._best_effort("abandoned writes", abandoned.vacuum, fs, root, age_s)
         self._best_effort("its staging directory", self._remove_staging, fs, root)
 
     def _best_effort(self, what: str, step: Any, *args: Any) -> None:

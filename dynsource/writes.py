@@ -1,4 +1,5 @@
-"""``dynsource.write``: a DataFrame into a registered dynsource table or a table directory, in any save mode.
+"""``dynsource.write``: a DataFrame into a registered dynsource table or a table directory, in any save mode; and
+``dynsource.vacuum``: what killed writes left in one.
 
 Spark's own paths reach the same writer (:mod:`dynsource.writer`):
 ``df.write.format("dynsource").option("path", ...).mode("append" | "overwrite").save()``,
@@ -13,11 +14,12 @@ columns matched by name.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import catalog, files, partitions
-from dynsource.options import ScanOptions
+from dynsource import abandoned, catalog, files, partitions
+from dynsource.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.writer import check_columns
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
@@ -43,7 +45,7 @@ def write(df: DataFrame, target: str, *, mode: str = "append", options: Mapping[
     if mode.lower() not in MODES:
         raise ValueError(f"Save mode {mode!r} is not valid; expected one of {list(MODES)}.")
     spark, options = df.sparkSession, dict(options or {})
-    if _is_path(target):
+    if is_path(target):
         scan_options = ScanOptions.parse({**options, "path": target})
         writer = df.write.format("dynsource").option("path", target)
         stored = {}
@@ -65,7 +67,8 @@ def write(df: DataFrame, target: str, *, mode: str = "append", options: Mapping[
     writer.options(**options).mode("overwrite" if mode.lower() == "overwrite" else "append").save()
 
 
-def _is_path(target: str) -> bool:
+def is_path(target: str) -> bool:
+    """Whether ``target`` names a table directory (a URL or a path), not a registered table."""
     return "/" in target or "://" in target
 
 
@@ -84,3 +87,32 @@ def _has_data(options: ScanOptions) -> bool:
     except FileNotFoundError:
         return False
     return any(not partitions.is_hidden(path.rstrip("/").rsplit("/", 1)[-1]) for path in listed)
+
+
+def vacuum(target: str, *, spark: SparkSession | None = None, older_than_s: float = DEFAULT_ABANDONED_AGE_MS / 1000,
+           dry_run: bool = False, storage_options: Mapping[str, Any] | None = None) -> abandoned.Abandoned:
+    """Remove what writes killed before they finished left in table ``target`` more than ``older_than_s`` ago.
+
+    ``target`` is a table directory (URL or path, opened with ``storage_options``) or, with ``spark``, a
+    registered table's name. Removed: staging directories of writes killed in their task phase, pending commits
+    with the files they had moved in (other readers than dynsource's list those), and commit records past their
+    time with the files they replaced. Every commit does this too, for its ``abandonedWriteAgeMs``. With
+    ``dry_run``, nothing is removed: the result says what would be.
+
+    Returns
+    -------
+    Abandoned
+        What was (or would be) removed, its paths relative to the table; ``lines()`` lists them.
+    """
+    if is_path(target):
+        options = ScanOptions.parse({"path": target, "storageOptions": dict(storage_options or {})})
+    elif spark is None:
+        raise ValueError(f"Table '{target}' is a name: pass spark= to resolve it, or give the table's path.")
+    else:
+        options = catalog.load_definition(spark, target).scan_options
+    if older_than_s < 0:
+        raise ValueError(f"older_than_s = {older_than_s} is negative; expected an age in seconds, 0 or more.")
+    fs, root = files.open_table(options.path, options.storage_options)
+    if not fs.isdir(root):
+        raise ValueError(f"Table '{target}': '{options.path}' is not a directory.")
+    return abandoned.vacuum(fs, root, older_than_s, dry_run=dry_run)

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 KINDS = ("LIST", "HEAD", "GET", "PUT", "COPY", "DELETE", "POST")
 FAULTS = ("503", "500", "reset", "lost", "delay")
@@ -157,7 +157,11 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             body = self._body()
             split = urlsplit(self.path)
             headers = {name.lower(): value for name, value in self.headers.items()}
-            request = Request(kind_of(self.command, split.path, split.query, headers), split.path.lstrip("/"), body)
+            kind = kind_of(self.command, split.path, split.query, headers)
+            key = unquote(split.path).strip("/")
+            if kind == "LIST":  # the bucket, then the prefix listed
+                key += "/" + parse_qs(split.query).get("prefix", [""])[0]
+            request = Request(kind, key, body)
             fault = proxy.choose(request)
             if fault == "reset":
                 self._reset()

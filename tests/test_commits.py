@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 import pytest
 from moto.server import ThreadedMotoServer
 
-from dynsource import commits, files, vacuum
+from dynsource import abandoned, commits, files
 from dynsource.enumerator import PartitionEnumerator
 from dynsource.writer import DynsourceWriter, WriteTarget
 
@@ -105,7 +105,7 @@ def test_an_overwrite_replaces_the_files_in_one_step_and_deletes_them(table):
     # Other readers see the same table: the replaced files are gone, not only hidden.
     assert ds.dataset(f"{root}", filesystem=files.arrow_filesystem(fs), partitioning="hive").count_rows() == 3
     assert commits.read(fs, root).replaced  # kept, harmless, until a later commit expires the record
-    vacuum.vacuum(fs, root, older_than_s=3600, now=time.time() + commits.KEPT_SECONDS + 1)
+    abandoned.vacuum(fs, root, older_than_s=3600, now=time.time() + commits.KEPT_SECONDS + 1)
     assert commits.read(fs, root) == commits.NONE
 
 

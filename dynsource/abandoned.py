@@ -10,8 +10,8 @@ that no reader of the table lists, so they cost only storage until removed.
 writing into its staging directory, and a commit takes seconds), and the
 committed records past :data:`~dynsource.commits.KEPT_SECONDS` with what they
 replaced. Every commit runs it after its commit point, best effort, with the
-write option ``abandonedWriteAgeMs``; ``dynsource.vacuum`` and ``dynsource table
-vacuum`` run it on demand, with a dry run.
+write option ``abandonedWriteAgeMs``; :func:`dynsource.vacuum` and ``dynsource
+table vacuum`` run it on demand, with a dry run.
 """
 
 from __future__ import annotations
