@@ -137,20 +137,17 @@ class PartitionFilter:
         """
 
         def keep(level: Level) -> list[bool] | None:
-            known = {column.lower(): column for column in level.columns}
+            named = {column.lower() for column in level.columns}
             newest = level.columns[-1].lower()
-            due = [c for c in self.conjuncts if newest in _lower(_columns(c)) and _lower(_columns(c)) <= set(known)]
-            if not due:
-                return None
-            values, types_by_name = {}, {}
-            for name in set().union(*(_lower(_columns(c)) for c in due)):
-                types_by_name[name], values[name], failed = level.typed(known[name])
-                if pc.any(failed).as_py():
-                    return None  # planning reports the kept value that fails
-            answers = [_evaluate(conjunct, values, types_by_name) for conjunct in due]
-            return pc.fill_null(functools.reduce(pc.and_kleene, answers), False).to_pylist()
+            due = [c for c in self.conjuncts if newest in _lower(_columns(c)) and _lower(_columns(c)) <= named]
+            return _holds(due, level) if due else None  # planning reports a kept value that fails typing
 
         return keep
+
+    def holds(self, level: Level) -> list[bool] | None:
+        """Whether the whole predicate is true for each candidate of ``level``, whose columns include every one
+        it names; None when a value has no image in its column's type."""
+        return _holds(self.conjuncts, level)
 
     def check_listing(self, partition_columns: Sequence[str], listed_leaves: bool) -> None:
         """Once listed: every column named must have been a partition column (when leaves were reached)."""
@@ -158,6 +155,17 @@ class PartitionFilter:
         if missing and listed_leaves:
             raise _error(self.text, f"column(s) {missing} are not partition columns; the partition columns are "
                                     f"{list(partition_columns)}")
+
+
+def _holds(conjuncts: Sequence[Predicate], level: Level) -> list[bool] | None:
+    known = {column.lower(): column for column in level.columns}
+    values, types_by_name = {}, {}
+    for name in set().union(*(_lower(_columns(c)) for c in conjuncts)):
+        types_by_name[name], values[name], failed = level.typed(known[name])
+        if pc.any(failed).as_py():
+            return None
+    answers = [_evaluate(conjunct, values, types_by_name) for conjunct in conjuncts]
+    return pc.fill_null(functools.reduce(pc.and_kleene, answers), False).to_pylist()
 
 
 def _error(text: str, reason: str) -> ValueError:

@@ -44,7 +44,19 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import autodpp, benefit, catalog, deployment, dimensions, names, options, report, scanplanner, sqltree
+from dynsource import (
+    autodpp,
+    benefit,
+    catalog,
+    deployment,
+    dimensions,
+    inserts,
+    names,
+    options,
+    report,
+    scanplanner,
+    sqltree,
+)
 from dynsource.frames import Frames
 
 log = logging.getLogger(__name__)
@@ -136,6 +148,9 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     if args or kwargs:  # the dimension queries would lose the parameters' values
         text, frames = _with_options_read(spark, query)
         return frames.sql(spark, text, args, **kwargs)
+    inserted = inserts.run(spark, query, sql)
+    if inserted is not None:
+        return inserted
     with scanplanner.checked_later(options.session_ms(spark, scanplanner.CHECK_INTERVAL_CONF, 0)) as checks:
         df = _pruned(spark, query, checks)
     if df is not None and checks.held():

@@ -15,7 +15,8 @@ from dynsource.scanplanner import plan_scan
 from dynsource.splits import SplitGroup
 from dynsource.tableschema import infer_schema
 from dynsource.types import read_arrow_schema
-from dynsource.writer import DynsourceWriter, plan_write
+from dynsource.writeplan import plan_write
+from dynsource.writer import DynsourceWriter
 
 
 class DynsourceDataSource(DataSource):

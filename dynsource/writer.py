@@ -13,8 +13,7 @@ Spark, for an empty string); partition columns are not stored in the files.
 :meth:`DynsourceWriter.commit` runs once, on the driver, with the files of the
 attempts Spark kept. Under a pending commit record naming them it moves each
 file into its partition directory; then the record says ``committed``, naming
-the files an overwrite replaces (every data file of the table for a static
-overwrite, those of the partitions written for a dynamic one). That write is the
+the files an overwrite replaces (:mod:`dynsource.writeplan`). That write is the
 commit point: dynsource's readers see the table before it or after it, on any
 filesystem (:mod:`dynsource.commits`), and the write raises only if it did not
 commit. What follows (deleting the replaced files and the staging directory,
@@ -30,10 +29,9 @@ import contextlib
 import json
 import logging
 import os
-import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,34 +42,14 @@ import pyarrow.csv as pcsv
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
-from dynsource import abandoned, commits, files, partitions, tableschema
-from dynsource.enumerator import Listing, PartitionEnumerator
-from dynsource.levels import PartitionTyping
-from dynsource.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
-from dynsource.storage import StorageOptions
-from dynsource.types import normalize_type
+from dynsource import abandoned, commits, files, partitions
+from dynsource.writeplan import WriteTarget
 
 log = logging.getLogger(__name__)
 # Tests hold a write at a step to kill or fault it there: "<step>:<directory>" (see _pause_at).
 PAUSE_ENV = "DYNSOURCE_WRITE_PAUSE"
-_WRITABLE = re.compile(r"^(tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|string|date|boolean)$")
 _EXTENSIONS = {"parquet": "parquet", "orc": "orc", "csv": "csv", "json": "json"}
-
-
-@dataclass(frozen=True)
-class WriteTarget:
-    """Where and how a write puts its rows: what :meth:`DynsourceWriter.write` needs in the tasks."""
-
-    url: str
-    storage_options: StorageOptions
-    format: str
-    partition_columns: tuple[str, ...]
-    partition_overwrite_mode: str = "static"
-    abandoned_age_ms: int = DEFAULT_ABANDONED_AGE_MS
-    # The type each partition column's values must convert to, inferred from the table's first directories ('': any).
-    inferred_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,10 +101,8 @@ class DynsourceWriter(DataSourceArrowWriter):
     def commit(self, messages: Sequence[TaskFiles | None]) -> None:
         fs, root = files.open_table(self.target.url, self.target.storage_options)
         kept = [m for m in messages if m is not None]
-        static = self.target.partition_overwrite_mode == "static" or not self.target.partition_columns
-        if any(self.target.inferred_types):
-            _check_values(fs, root, self.target, _directories(kept))
-        replaced = [] if not self.overwrite else _data_files(fs, root, [""] if static else _directories(kept))
+        self.target.check_written(fs, root, _directories(kept))
+        replaced = self.target.replaced(fs, root, _directories(kept)) if self.overwrite else []
         commits.write(fs, root, self.job, "pending", files=[written.path for _, written in _files(kept)])
         _pause_at("pending")
         for message, written in _files(kept):
@@ -286,123 +262,3 @@ def _directories(messages: Sequence[TaskFiles]) -> list[str]:
     return sorted({written.directory for _, written in _files(messages)})
 
 
-def _data_files(fs: Any, root: str, directories: Sequence[str]) -> list[str]:
-    """The data files readers list under these directories of the table, relative to its root (not the hidden
-    ones: staging, commit records)."""
-    found = []
-    for directory in directories:
-        try:
-            paths = fs.find(f"{root}/{directory}".rstrip("/"))
-        except FileNotFoundError:
-            continue
-        relative = [path[len(root) + 1:] for path in paths]
-        found += [path for path in relative if not any(partitions.is_hidden(part) for part in path.split("/"))]
-    return found
-
-
-def plan_write(options: ScanOptions, schema: StructType, overwrite: bool = False) -> WriteTarget:
-    """What a write of rows of ``schema`` into the table of ``options`` does, checked on the driver before any task
-    writes: the partition columns (``partitionColumns``, else those of the table's existing directories, else
-    none) and the types their values must convert to, and for an overwrite what it replaces."""
-    fs, root = files.open_table(options.path, options.storage_options)
-    try:
-        kind = fs.info(root)["type"]
-    except FileNotFoundError:
-        kind = None  # a new table
-    if kind not in (None, "directory"):
-        raise ValueError(f"Option 'path' = {options.path!r} is a file; a write needs the table's directory.")
-    types = {f.name: f.dataType.simpleString() for f in schema.fields}
-    existing = _existing_branch(options) if kind == "directory" else None
-    columns = tuple(name for name, _ in options.partition_columns) or (existing.columns if existing else ())
-    if existing is not None and existing.columns != columns:
-        raise ValueError(f"Option 'partitionColumns' names {list(columns)}, but table '{options.path}' is "
-                         f"partitioned by {list(existing.columns)}; write with those (or leave the option out).")
-    if existing is not None and options.format in ("parquet", "orc"):  # csv and json files store no types
-        stored = tableschema.table_schema(existing, fs, options)
-        check_columns({n: t for n, t in types.items() if n not in columns},
-                      {f.name: f.dataType.simpleString() for f in stored.fields if f.name not in columns},
-                      "the rows to write", f"the files of table '{options.path}'")
-    _check_partition_columns(columns, types, options.declared_types)
-    if overwrite and columns and options.partition_overwrite_mode is None:
-        raise ValueError(_OVERWRITE_MODE_UNSET.format(path=options.path))
-    # An undeclared column's values must convert to the type of the table's existing ones (a declared column's
-    # type is the rows' own, checked above).
-    inferred = tuple("" if existing is None or column in options.declared_types
-                     else partitions.infer_type(p.raw_values[index] for p in existing.partitions)
-                     for index, column in enumerate(columns))
-    return WriteTarget(options.path, options.storage_options, options.format, columns,
-                       options.partition_overwrite_mode or "static", options.abandoned_write_age_ms, inferred)
-
-
-_OVERWRITE_MODE_UNSET = (
-    "An overwrite of partitioned table '{path}' needs option 'partitionOverwriteMode': 'static' replaces the whole "
-    "table, 'dynamic' only the partitions written (as Spark's spark.sql.sources.partitionOverwriteMode, which Spark "
-    "does not pass to a Python data source). Set it on the write (.option('partitionOverwriteMode', 'dynamic')) or "
-    "on the table (dynsource.register_table(..., partitionOverwriteMode='dynamic')); dynsource.write and "
-    "dynsource.sql follow the session's setting. Nothing was written."
-)
-
-
-def _check_partition_columns(columns: Sequence[str], types: Mapping[str, str], declared: Mapping[str, str]) -> None:
-    for column in columns:
-        if column not in types:
-            raise ValueError(f"The rows to write have no partition column '{column}' (the table's partition columns "
-                             f"are {list(columns)}); their columns are {list(types)}.")
-        if column in declared and normalize_type(types[column]) != declared[column]:
-            raise ValueError(f"Partition column '{column}' is {types[column]} in the rows to write, but option "
-                             f"'partitionColumns' declares it {declared[column]}.")
-        if not _WRITABLE.match(types[column]):
-            raise ValueError(f"Partition column '{column}' is of type {types[column]}; dynsource writes partition "
-                             "columns of integral, decimal, string, date and boolean types.")
-    if columns and len(columns) == len(types):
-        raise ValueError(f"Every column of the rows to write is a partition column ({list(columns)}): "
-                         "the data files would have no column.")
-
-
-def _check_values(fs: Any, root: str, target: WriteTarget, directories: Sequence[str]) -> None:
-    """Each written directory's values must convert to the types readers infer for their columns, or they would
-    fail on them or type the column otherwise: those of the table's first directories, and when a value does not
-    convert to that, of all of them (a table with a value that is no date, say, takes any text)."""
-    raws = [segment.split("=", 1)[1] for directory in directories for segment in directory.split("/")]
-    width = len(target.partition_columns)
-    for index, (column, type_name) in enumerate(zip(target.partition_columns, target.inferred_types, strict=True)):
-        values = sorted(set(raws[index::width]))
-        bad = _unconvertible(values, column, type_name)
-        if bad is not None:
-            listing = PartitionEnumerator(fs, root).enumerate()
-            type_name = partitions.infer_type(p.raw_values[index] for p in listing.partitions)
-            bad = _unconvertible(values, column, type_name)
-        if bad is not None:
-            raise ValueError(
-                f"Partition column '{column}' of table '{target.url}' is {type_name} (inferred from its "
-                f"directories), but the rows to write have the value '{partitions.unescape_path_name(bad)}', which "
-                f"cannot be converted to {type_name}; nothing was written. Fix or cast the value, or declare the "
-                f"column's type with option partitionColumns (e.g. '{column} STRING') on every read of the table.")
-
-
-def _unconvertible(raw_values: Sequence[str], column: str, type_name: str) -> str | None:
-    """The first of ``raw_values`` (escaped) with no image in ``type_name``, None when all convert."""
-    if not type_name or not raw_values:
-        return None
-    _, _, failed = PartitionTyping({column: type_name}).type_level(column, raw_values)
-    return raw_values[pc.index(failed, True).as_py()] if pc.any(failed).as_py() else None
-
-
-def _existing_branch(options: ScanOptions) -> Listing | None:
-    """The walk down the table's first branch to its first data file; None for a table with no data yet."""
-    _, walk = tableschema.table_walk(options)
-    listing = walk.enumerate(tableschema.first_branch)
-    return listing if any(p.files for p in listing.partitions) else None
-
-
-def check_columns(given: Mapping[str, str], expected: Mapping[str, str], given_name: str,
-                  expected_name: str) -> None:
-    """``given``'s columns (name -> type) must be ``expected``'s, with the same types."""
-    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
-    if missing or extra:
-        raise ValueError(f"The columns of {given_name} do not match those of {expected_name}, {sorted(expected)}: "
-                         f"missing {missing}, unexpected {extra}.")
-    for name, type_name in expected.items():
-        if given[name] != type_name:
-            raise ValueError(f"Column '{name}' is {given[name]} in {given_name}, but {type_name} in {expected_name}; "
-                             "cast it first.")

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dynsource import abandoned, catalog, files, partitions
 from dynsource.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
-from dynsource.writer import check_columns
+from dynsource.writeplan import check_columns
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
 OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"

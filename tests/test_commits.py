@@ -17,7 +17,8 @@ from moto.server import ThreadedMotoServer
 
 from dynsource import abandoned, commits, files
 from dynsource.enumerator import PartitionEnumerator
-from dynsource.writer import DynsourceWriter, WriteTarget
+from dynsource.writeplan import WriteTarget
+from dynsource.writer import DynsourceWriter
 
 
 @dataclass(frozen=True)

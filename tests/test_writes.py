@@ -19,6 +19,7 @@ from dynsource import files, partitions
 from dynsource import writer as dynsource_writer
 from dynsource.enumerator import PartitionEnumerator
 from dynsource.options import ScanOptions
+from dynsource.writeplan import WriteTarget
 from tests.helpers import read, rows
 
 SCHEMA = "id bigint, amount decimal(7,2), day date, region string, store int"
@@ -188,7 +189,7 @@ def test_only_the_attempts_spark_kept_are_published(tmp_path):
 
     options = ScanOptions.parse({"path": str(tmp_path / "t"), "partitionColumns": "p INT"})
     job = dynsource_writer.DynsourceWriter(
-        dynsource_writer.WriteTarget(options.path, options.storage_options, "parquet", ("p",)), overwrite=False)
+        WriteTarget(options.path, options.storage_options, "parquet", ("p",)), overwrite=False)
     batch = pa.record_batch({"v": [1, 2], "p": pa.array([7, 7], pa.int32())})
     failed, retried = job.write(iter([batch])), job.write(iter([batch]))
     assert failed.attempt != retried.attempt and failed.files[0].name != retried.files[0].name
@@ -331,3 +332,67 @@ def test_a_tasks_rows_are_split_by_directory_as_spark_names_them():
     split = {directory: rows.to_pydict() for directory, rows in dynsource_writer._by_directory(batch, ["p", "s"])}
     assert split == {"p=1/s=x": {"v": [4]}, "p=2/s=a%2Fb": {"v": [1, 3]},
                      "p=__HIVE_DEFAULT_PARTITION__/s=__HIVE_DEFAULT_PARTITION__": {"v": [2]}}
+
+
+def test_dynsource_sql_inserts_write_what_sparks_own_table_writes(spark, tmp_path, definitions):
+    """INSERT INTO / OVERWRITE with the session's partitionOverwriteMode, PARTITION (k = v) clauses, BY NAME and
+    common table expressions, through dynsource.sql, against the same statements on Spark's own partitioned table."""
+    source = spark.createDataFrame([(i, i % 3, "ab"[i % 2]) for i in range(12)], "id BIGINT, p INT, q STRING")
+    source.createOrReplaceTempView("insert_source")
+    spark.sql("CREATE TABLE insert_native (id BIGINT, p INT, q STRING) USING parquet PARTITIONED BY (p, q)")
+    table = tmp_path / "inserted"
+    source.write.format("dynsource").option("path", str(table)).option("partitionColumns", "p, q").mode("append") \
+        .save()
+    spark.sql("INSERT INTO insert_native SELECT * FROM insert_source")
+    dynsource.register_table(spark, "insert_ours", path=str(table), definitions=definitions, replace=True)
+    steps = [
+        ("static", "INSERT INTO {t} SELECT id + 100, p, q FROM insert_source WHERE p = 0"),
+        ("dynamic", "INSERT OVERWRITE {t} SELECT id + 200, p, q FROM insert_source WHERE p = 1"),
+        ("static", "INSERT OVERWRITE TABLE {t} PARTITION (p = 1, q = 'a') SELECT id + 300 FROM insert_source"),
+        ("static", "INSERT OVERWRITE {t} PARTITION (p = 2, q) SELECT id + 400, 'c' FROM insert_source WHERE id < 2"),
+        ("dynamic", "INSERT OVERWRITE {t} PARTITION (p = 0, q) SELECT id + 500, q FROM insert_source WHERE q = 'b'"),
+        ("static", "INSERT INTO {t} PARTITION (p = 7, q = 'z') SELECT id + 600 FROM insert_source WHERE id < 3"),
+        ("static", "INSERT OVERWRITE {t} PARTITION (p = 1, q = 'a') SELECT id FROM insert_source WHERE false"),
+        ("static", "INSERT INTO {t} BY NAME SELECT 'n' AS q, 9 AS p, id + 700 AS id FROM insert_source LIMIT 2"),
+        ("dynamic", "WITH c AS (SELECT id + 800 AS id, p, q FROM insert_source WHERE p = 2) "
+                    "INSERT OVERWRITE {t} SELECT * FROM c"),
+    ]
+    try:
+        for mode, statement in steps:
+            spark.conf.set("spark.sql.sources.partitionOverwriteMode", mode)
+            spark.sql(statement.format(t="insert_native"))
+            dynsource.sql(spark, statement.format(t="insert_ours"))
+            assert rows(spark.table("insert_ours")) == rows(spark.table("insert_native")), (mode, statement)
+        # REPLACE WHERE, which Spark's own file tables do not take: the partitions the predicate keeps are replaced.
+        dynsource.sql(spark, "INSERT INTO insert_ours REPLACE WHERE p >= 7 SELECT id, 8, 'r' FROM insert_source "
+                             "WHERE id = 0")
+        ours = rows(spark.table("insert_ours"))
+        assert [row for row in ours if row.p >= 7] == [(0, 8, "r")]
+        assert [row for row in ours if row.p < 7] == [row for row in rows(spark.table("insert_native")) if row.p < 7]
+        with pytest.raises(ValueError, match=r"the query gives 1 column\(s\), \['id'\], but the table takes 2, "
+                                             r"\['id', 'q'\] besides those of its PARTITION clause, \['p'\]"):
+            dynsource.sql(spark, "INSERT OVERWRITE insert_ours PARTITION (p = 1) SELECT id FROM insert_source")
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+        spark.sql("DROP TABLE IF EXISTS insert_native")
+        dynsource.drop_table(spark, "insert_ours", definitions=definitions)
+
+
+def test_an_overwrite_with_partition_filter_replaces_only_the_partitions_it_keeps(spark, tmp_path):
+    table = tmp_path / "t"
+    save(sales(spark, range(4)), table, partitionColumns="day DATE, store INT")
+    before = rows(read(spark, table))
+    again = sales(spark, range(2, 3), per_day=2)
+    save(again, table, "overwrite", partitionFilter="day >= DATE'2024-01-02'", partitionOverwriteMode="static")
+    # Days 1 (2024-01-02) and 3 replaced by day 2's new rows: the filter keeps them, and the rows lie within it.
+    written = rows(again.select("id", "amount", "region", "day", "store"))
+    expected = sorted([r for r in before if r.day < dt.date(2024, 1, 2)] + written, key=repr)
+    assert rows(read(spark, table)) == expected
+    with pytest.raises(Exception, match=r"include partition 'day=2024-01-01/store=\d', which option 'partitionFilter' "
+                                        r"= .day > DATE.2024-01-01.. does not keep.*Nothing was written"):
+        save(sales(spark, range(0, 1)), table, "overwrite", partitionFilter="day > DATE'2024-01-01'",
+             partitionOverwriteMode="static")
+    with pytest.raises(Exception, match=r"Option 'partitionFilter' = .region = .x.. on an overwrite names the "
+                                        r"partitions it replaces, but \['region'\] are not partition columns"):
+        save(again, table, "overwrite", partitionFilter="region = 'x'", partitionOverwriteMode="static")
+    assert rows(read(spark, table)) == expected  # the refused overwrites wrote nothing
