@@ -51,6 +51,7 @@ from dynsource.kept import Kept
 from dynsource.options import filter_options
 from dynsource.partitionfilter import PartitionFilter
 from dynsource.report import Assignment, QueryReport
+from dynsource.scanned import Reader
 from dynsource.scanplanner import plan_scan
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class Plan:
             schema = definition.schema
             if scan.columns is not None:
                 schema = StructType([f for f in schema.fields if f.name in set(scan.columns)])
-            plan_scan(definition.scan_options.with_options(options), schema)
+            reader = Reader.of(catalog.SOURCE_PREFIX + definition.table, options)
+            plan_scan(definition.scan_options.with_options(options), schema, reader=reader)
 
 
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,

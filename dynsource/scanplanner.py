@@ -141,11 +141,16 @@ class PlannedScan:
 
 
 class ScanPlanner:
-    """Plans one scan of a table read with ``schema``; what is worked out once is a cached property."""
+    """Plans one scan of a table read with ``schema``; what is worked out once is a cached property.
 
-    def __init__(self, options: ScanOptions, schema: StructType) -> None:
+    ``stored_schema``: the schema is a registered table's, checked against its files when it was registered, so
+    planning opens no file to check it (a file of a partition the query does not read may be damaged).
+    """
+
+    def __init__(self, options: ScanOptions, schema: StructType, stored_schema: bool = False) -> None:
         self.options = options
         self.schema = schema
+        self.stored_schema = stored_schema
 
     @functools.cached_property
     def column_types(self) -> dict[str, str]:
@@ -183,7 +188,8 @@ class ScanPlanner:
         """
         started = time.perf_counter()
         options = self.options
-        key = None if self._dynamic or options.base_path is not None else (options, self.schema.json())
+        key = (None if self._dynamic or options.base_path is not None
+               else (options, self.schema.json(), self.stored_schema))
         kept = _kept_plans.get(key) if key else None
         if kept is not None and self._given_again(key, *kept):
             return dataclasses.replace(kept[0], scan_id=uuid.uuid4().hex, started=started)
@@ -228,7 +234,8 @@ class ScanPlanner:
         if partition_filter is not None:
             partition_filter.check_listing(listing.columns, listed_leaves=bool(listing.partitions))
         read_columns = tuple(c for c in listing.columns if c in self.column_types)
-        _check_data_columns(schema, listing, fs, options)
+        if not self.stored_schema:
+            _check_data_columns(schema, listing, fs, options)
         values = tuple(listing.typed_rows(read_columns))
         scan_id = uuid.uuid4().hex
         applied = data is not None and not listing.filter_dropped
@@ -266,7 +273,7 @@ def plan_scan(
     """The Python reader's InputPartitions for a scan, its report saved and logged (see :func:`record`).
     ``task_figures`` is the channel its read tasks count through; without one, the scan is planned but not read
     (an explain), and its report says so."""
-    planned = ScanPlanner(options, schema).plan()
+    planned = ScanPlanner(options, schema, stored_schema=reader is not None and reader.table is not None).plan()
     input_partitions = planned.input_partitions()
     record(planned, input_partitions=len(input_partitions), task_figures=task_figures, reader=reader)
     return input_partitions

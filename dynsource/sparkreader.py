@@ -109,7 +109,7 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
          scan_reader: Reader) -> DataFrame | None:
     """The scan's rows read by Spark's file reader, only ``columns`` (None: all); None when a kept file's path
     is a pattern to Spark (``*``, ``[``...) and ``reader`` is ``auto``."""
-    planned = ScanPlanner(options, table_schema).plan()
+    planned = ScanPlanner(options, table_schema, stored_schema=scan_reader.table is not None).plan()
     # A plan given again shares its listing: keyed by the listing's id, held (and compared) so the id stays its.
     again = (id(planned.listing), options, table_schema.json(), None if columns is None else tuple(columns))
     frames = _READ_AGAIN.setdefault(spark, Kept(LISTED_KEPT))

@@ -412,6 +412,33 @@ def test_a_local_tables_partitions_are_left_to_sparks_dpp_by_default(star, parti
     assert any(a.handle is not None for a in dynsource.scan_report(python).assignments)
 
 
+@pytest.mark.parametrize("mode", ["auto", "collect"])
+def test_a_damaged_file_in_a_partition_the_query_does_not_read_is_never_opened(star, star_root, partition_pruning,
+                                                                               mode, definitions):
+    """The table's first data file (ss_sold_date_sk=0) is damaged; queries of other days read as in Spark, whoever
+    prunes (Spark's DPP in auto, dynsource's collection) and whichever reader reads."""
+    damaged = star_root / f"store_sales_first_damaged_{mode}"
+    shutil.copytree(star_root / "store_sales", damaged)
+    for reader in ("auto", "python"):  # registered (its schema read) while the file was whole
+        dynsource.register_table(star, f"damaged_{reader}", path=str(damaged), definitions=definitions, reader=reader)
+    for file in (damaged / "ss_sold_date_sk=0").iterdir():
+        file.write_bytes(b"not parquet: this partition is never read")
+    partition_pruning(mode)
+    query = """SELECT d_moy, count(*), sum(ss_sales_price) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk
+               WHERE d_year = 2001 AND d_moy IN (3, 4) GROUP BY d_moy"""
+    expected = sorted(star.sql(query.format(fact="store_sales_native")).collect(), key=repr)
+    try:
+        for reader in ("auto", "python"):
+            df = dynsource.sql(star, query.format(fact=f"damaged_{reader}"))
+            assert sorted(df.collect(), key=repr) == expected == sorted(df.collect(), key=repr), reader
+            static = dynsource.sql(star, f"SELECT count(*) FROM damaged_{reader} WHERE ss_sold_date_sk > 30")
+            assert static.collect() == star.sql("SELECT count(*) FROM store_sales_native WHERE ss_sold_date_sk > 30"
+                                                ).collect()
+    finally:
+        for reader in ("auto", "python"):
+            dynsource.drop_table(star, f"damaged_{reader}", definitions=definitions)
+
+
 LEFT_TO_SPARK = re.compile(
     re.escape("ss_sold_date_sk) <- ") + r"[^:]+" + re.escape(
         ": left to Spark's dynamic partition pruning at run time: the table is on a local disk, where listing all of "
