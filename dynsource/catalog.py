@@ -35,7 +35,7 @@ from dynsource.filterstore import FilterStore
 from dynsource.kept import Kept
 from dynsource.metastore import in_catalog
 from dynsource.options import OPTION_NAMES, ScanOptions
-from dynsource.source import DynsourceDataSource
+from dynsource.source import DynsourceDataSource, said_plainly
 from dynsource.tableschema import check_declared_schema
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,7 @@ class TableSource(DynsourceDataSource):
     def name(cls) -> str:
         return SOURCE_PREFIX + cls.table
 
+    @said_plainly
     def __init__(self, options: dict[str, str]) -> None:
         self.definition = read_definition(self.table, self.location)
         super().__init__(options)
@@ -198,7 +199,8 @@ def register_table(
     reader = DynsourceDataSource(stored)  # validates the options before anything changes
     exists = in_catalog(spark, table)
     if exists and not replace:
-        raise ValueError(f"Table '{table}' already exists; pass replace=True to replace it.")
+        raise ValueError(f"Table '{table}' already exists{_same_options(table, stored, spark, definitions)}; pass "
+                         "replace=True to replace it.")
     if schema is None:  # inferred in the driver as a Python worker would, leaving the driver's logging as it is
         schema = reader.table_schema()
     else:
@@ -212,6 +214,15 @@ def register_table(
     source = _register_source(spark, table, location)
     spark.catalog.createTable(table, source=source.name(), schema=schema)
     return definition
+
+
+def _same_options(table: str, stored: Mapping[str, str], spark: SparkSession, definitions: str | None) -> str:
+    """For the error of a table registered again: whether its stored options are these (nothing would change)."""
+    try:
+        same = read_definition(table, definitions_location(spark, definitions)).options == dict(stored)
+    except TableDefinitionError:
+        return ""
+    return " with these very options (nothing changed)" if same else " with other options"
 
 
 def drop_table(spark: SparkSession, name: str, *, definitions: str | None = None) -> None:

@@ -43,6 +43,15 @@ def main(argv: list[str] | None = None) -> None:
     _add_sql_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        _run(args)
+        sys.stdout.flush()  # inside the try: a reader gone shows here, not at the interpreter's exit
+    except BrokenPipeError:  # the reader of the output stopped (`| head`): nothing more to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def _run(args: argparse.Namespace) -> None:
     if args.command == "demo":
         from dynsource.demo import run
 
@@ -306,11 +315,15 @@ def _first_line(error: Exception) -> str:
 
 
 def _explain(args: argparse.Namespace) -> None:
+    from dynsource.filterstore import FilterStore
     from dynsource.report import scan_report, scan_reports
     from dynsource.storage import StorageOptions
 
     try:
         options = StorageOptions.parse("--store-options", args.store_options)
+        if not _store_exists(FilterStore.of(args.store, options)):
+            sys.exit(f"dynsource explain: filter store {FilterStore.of(args.store, options)} (--store) does not "
+                     "exist: give the store the handle was published in")
         reports = (scan_reports(args.handle, args.store, storage_options=options) if args.all
                    else [scan_report(args.handle, args.store, storage_options=options)])
     except (LookupError, ValueError, OSError) as error:

@@ -204,10 +204,7 @@ class PartitionEnumerator:
         return levels
 
     def _root_info(self) -> dict:
-        try:
-            return self.fs.info(self.root)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"Option 'path': '{self.root}' does not exist.") from None
+        return storage.root_info(self.fs, self.root)
 
     def _list(self, path: str, listing: Listing) -> directories.Contents:
         """Visible files, plain sub-directories and ``key=value`` sub-directories of ``path``."""

@@ -65,8 +65,12 @@ def dynamic_join(
         collector's threshold, or one on a fact column another part already
         filters, is left out (those on the fact's first partition column are
         kept first), and the report says so.
-    on : mapping or sequence of (fact column, dim column)
-        The equi-join keys of a single ``dim``, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``.
+    on : mapping or sequence of (fact column, dim column), or column name(s)
+        The equi-join keys of a single ``dim``, e.g. ``{"ss_sold_date_sk": "d_date_sk"}``:
+        the result has both columns, as Spark's ``fact.join(dim, fact.k == dim.k)``.
+        Names the fact and the dimension share (``"region"`` or ``["region",
+        "day"]``) join as Spark's ``fact.join(dim, on=["region"])``: the result
+        has one column of each (a star takes either form per dimension).
     how : str, default "inner"
         A Spark join type with the fact table on the left. ``inner``,
         ``left_semi`` and ``right`` prune; ``full``, ``left`` and ``left_anti``
@@ -87,7 +91,7 @@ def dynamic_join(
         a query ran) or why it was not: a ``ScanReport`` for one dimension, a
         ``QueryReport`` for a star.
     """
-    dims = _dimensions(dim, on)
+    dims, shared = _dimensions(dim, on)
     join_type = _JOIN_TYPES.get(how.lower().replace(" ", ""))
     if join_type is None:
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
@@ -117,9 +121,10 @@ def dynamic_join(
             read_options = {**base_options, **filter_options(applied.handle, store)}
     fact_df = _read(spark, fact, read_options, fact_schema)
     joined = fact_df
-    for d, pairs in dims:
-        joined = joined.join(d, functools.reduce(lambda a, b: a & b, [fact_df[f] == d[c] for f, c in pairs]),
-                             join_type)
+    for (d, pairs), named in zip(dims, shared, strict=True):
+        condition = [f for f, _ in pairs] if named else functools.reduce(
+            lambda a, b: a & b, [fact_df[f] == d[c] for f, c in pairs])
+        joined = joined.join(d, condition, join_type)
     if len(dims) == 1:
         report.record_join(joined, fact=fact, handle=applied.handle if applied else None,
                            reason=None if applied else "; ".join(notes), store=store)
@@ -129,8 +134,9 @@ def dynamic_join(
     return joined
 
 
-def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
-    """``[(dimension, [(fact column, dim column), ...]), ...]`` of a single ``dim`` and ``on``, or of a star."""
+def _dimensions(dim, on) -> tuple[list[tuple[DataFrame, list[tuple[str, str]]]], list[bool]]:
+    """``[(dimension, [(fact column, dim column), ...]), ...]`` of a single ``dim`` and ``on``, or of a star; and
+    for each, whether its keys are names the fact and the dimension share (one column each in the result)."""
     if isinstance(dim, DataFrame):
         if on is None:
             raise ValueError("dynamic_join() needs 'on', the (fact column, dim column) pairs, for a single dim.")
@@ -140,15 +146,27 @@ def _dimensions(dim, on) -> list[tuple[DataFrame, list[tuple[str, str]]]]:
                          "dim=[(dates, {'ss_sold_date_sk': 'd_date_sk'}), ...].")
     else:
         dims = list(dim)
-    normalized = []
+    normalized, shared = [], []
     for frame, keys in dims:
-        pairs = list(collector.key_pairs(keys).items())
+        named = _shared_names(keys)
+        pairs = [(name, name) for name in _names(keys)] if named else list(collector.key_pairs(keys).items())
         if not pairs:
             raise ValueError("dynamic_join() needs at least one (fact column, dim column) pair in 'on'.")
         normalized.append((frame, pairs))
+        shared.append(named)
     if not normalized:
         raise ValueError("dynamic_join() needs at least one dimension.")
-    return normalized
+    return normalized, shared
+
+
+def _shared_names(keys: object) -> bool:
+    """Whether ``keys`` are column names the fact and the dimension share (``"k"`` or ``["k", ...]``)."""
+    return isinstance(keys, str) or (isinstance(keys, (list, tuple)) and bool(keys)
+                                     and all(isinstance(key, str) for key in keys))
+
+
+def _names(keys: str | Sequence[str]) -> list[str]:
+    return [keys] if isinstance(keys, str) else list(keys)
 
 
 def _check_fact_columns(fact: str, columns: list[str], dims) -> None:

@@ -7,6 +7,7 @@ matched case-insensitively and reported in their documented camelCase form.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -256,6 +257,13 @@ def filter_options(handle: str, store: FilterStore) -> dict[str, str]:
                           filter_store_options=store.options if store.options else None)
 
 
+def _with_guess(key: str, canonical: Mapping[str, str]) -> str:
+    """``'key'``, and the valid option it is closest to (Spark may hand options lower-cased: the guess has the case
+    the option is documented with)."""
+    close = difflib.get_close_matches(key.lower(), list(canonical), n=1, cutoff=0.75)
+    return f"'{key}' (did you mean '{canonical[close[0]]}'?)" if close else f"'{key}'"
+
+
 def _parse(options: Mapping[str, str]) -> dict[str, Any]:
     """The ScanOptions attributes ``options`` set, validated."""
     canonical = {name.lower(): name for name in OPTION_NAMES}
@@ -264,9 +272,8 @@ def _parse(options: Mapping[str, str]) -> dict[str, Any]:
         raise ValueError(f"Data source 'dynsource' got Spark's table properties {unknown} instead of reader options: "
                          f"CREATE TABLE ... USING dynsource cannot define a table; {_REGISTER}.")
     if unknown:
-        raise ValueError(
-            f"Unknown option(s) {unknown} for data source 'dynsource'; valid options are {sorted(OPTION_NAMES)}."
-        )
+        raise ValueError(f"Unknown option(s) {', '.join(_with_guess(key, canonical) for key in unknown)} for data "
+                         f"source 'dynsource'; valid options are {sorted(OPTION_NAMES)}.")
     fields = (_OPTIONS[canonical[key.lower()]] for key in options)
     return {field.name: field.metadata["parse"](field.metadata["option"], value)
             for field, value in zip(fields, options.values(), strict=True)}

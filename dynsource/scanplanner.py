@@ -302,17 +302,17 @@ def _warn_whole_table(options: ScanOptions, table: str | None, listing: Listing)
     _warned_whole.add(table or options.path)
     column = listing.columns[0]
     if table:
-        read, option = f"table {table}", f"SELECT ... FROM {table} WITH ('partitionFilter' = '{column} = ...')"
+        option = f"SELECT ... FROM {table} WITH ('partitionFilter' = '{column} = ...')"
         sql = "run the query with dynsource.sql(spark, query)"
     else:
-        read, option = options.path, f"spark.read.format('dynsource').option('partitionFilter', '{column} = ...')"
+        option = f"spark.read.format('dynsource').option('partitionFilter', '{column} = ...')"
         sql = "register the table (dynsource.register_table) and run the query with dynsource.sql(spark, query)"
     log.warning(
-        "dynsource: the scan of %s read all %d partitions. Spark does not pass a query's WHERE to a Python data "
-        "source, so WHERE %s ... does not prune. To prune, give the partitionFilter option (%s), or %s, which "
-        "turns WHERE predicates on partition columns into partitionFilter (a dynsource.sql query without such a "
-        "predicate reads the table whole). (Said once per table in each Python worker.)",
-        read, len(listing.partitions), column, option, sql,
+        "dynsource: the scan of %s reads all %d partitions: it has neither a partitionFilter nor a dynamicFilter. "
+        "If the query filters on partition column %s, note that Spark does not pass a query's WHERE to a Python data "
+        "source, so such a filter prunes nothing here; give the partitionFilter option (%s), or %s, which turns "
+        "WHERE predicates on partition columns into partitionFilter. (Said once per table in each Python worker.)",
+        f"table {table}" if table else options.path, len(listing.partitions), column, option, sql,
     )
 
 

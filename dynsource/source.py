@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import ClassVar
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -17,6 +18,24 @@ from dynsource.tableschema import infer_schema
 from dynsource.types import read_arrow_schema
 from dynsource.writeplan import plan_write
 from dynsource.writer import DynsourceWriter
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def said_plainly(method: _Method) -> _Method:
+    """Raise dynsource's errors (``ValueError``, ``OSError``: a bad option, path or value, an unreachable store)
+    from ``method`` itself, without the frames below it. Spark shows a Python source's error as the worker's
+    traceback with the sentence last: this way the sentence follows a single frame. Other errors (a bug) keep
+    their frames."""
+
+    @functools.wraps(method)
+    def plainly(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except (ValueError, OSError) as error:
+            raise error.with_traceback(None) from None
+
+    return plainly  # type: ignore[return-value]
 
 
 class DynsourceDataSource(DataSource):
@@ -215,6 +234,7 @@ class DynsourceDataSource(DataSource):
         attributes = {"task_figures": channel, "driver_log_level": logs.driver_level()}
         return type(f"{cls.__name__}WithFigures", (cls,), attributes)
 
+    @said_plainly
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.scan_options = self.parse_options(options)
@@ -226,6 +246,7 @@ class DynsourceDataSource(DataSource):
         """The validated options of this source's scans (a registered table's source merges its stored ones)."""
         return ScanOptions.parse(options)
 
+    @said_plainly
     def schema(self) -> StructType:
         logs.configure_worker(self.log_level)
         return self.table_schema()
@@ -234,6 +255,7 @@ class DynsourceDataSource(DataSource):
         """The schema :meth:`schema` gives Spark, worked out without setting up a worker's logging."""
         return infer_schema(self.scan_options)
 
+    @said_plainly
     def writer(self, schema: StructType, overwrite: bool) -> DynsourceWriter:
         """Spark's writes into the table (``save``, ``INSERT INTO`` / ``INSERT OVERWRITE`` of a registered table):
         checked here, on the driver, before any task writes."""
@@ -254,6 +276,7 @@ class DynsourceReader(DataSourceReader):
         self.log_level = log_level
         self.scan_reader = scan_reader
 
+    @said_plainly
     def partitions(self) -> Sequence[InputPartition]:
         logs.configure_worker(self.log_level)
         return plan_scan(self.options, self.schema, self.task_figures, self.scan_reader)

@@ -112,8 +112,8 @@ def filesystem(url: str, options: Mapping[str, Any] | None = None) -> tuple[fssp
     one: fsspec reads ``x://y`` as a Windows drive, the local path ``x://y``.
     """
     scheme, separator, _ = url.partition("://")
-    if separator and fsspec.core.split_protocol(url)[0] is None:
-        raise ValueError(f"Protocol not known: {scheme} ('{scheme}' is read as a Windows drive letter, not a protocol)")
+    if separator and fsspec.core.split_protocol(url)[0] is None:  # fsspec reads a one-letter scheme as a drive
+        raise ValueError(f"Protocol not known: {scheme}")
     return fsspec.core.url_to_fs(url, **dict(options or {}))
 
 
@@ -126,6 +126,18 @@ def listing_map(fs: fsspec.AbstractFileSystem) -> Iterator[Callable]:
         return
     with ThreadPoolExecutor(_LIST_THREADS) as pool:
         yield pool.map
+
+
+def root_info(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
+    """``fs.info(root)`` of a table's root; the store's own errors (an endpoint that does not answer, a refused
+    credential: botocore's are no ``OSError``) as an ``OSError`` naming option ``path`` and the error."""
+    try:
+        return fs.info(root)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Option 'path': '{root}' does not exist.") from None
+    except Exception as error:
+        raise OSError(f"Option 'path': '{root}' cannot be reached: {type(error).__name__}: {error}. Check the "
+                      "store's address and credentials (option storageOptions).") from error
 
 
 def same_protocol(url: str, other: str) -> bool:

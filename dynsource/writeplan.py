@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from dynsource import files, partitions, tableschema
+from dynsource import files, partitions, storage, tableschema
 from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionEnumerator
 from dynsource.levels import Level, PartitionTyping, PartitionValues
 from dynsource.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
@@ -96,7 +96,7 @@ def plan_write(options: ScanOptions, schema: StructType, overwrite: bool = False
     none) and the types their values must convert to, and for an overwrite what it replaces."""
     fs, root = files.open_table(options.path, options.storage_options)
     try:
-        kind = fs.info(root)["type"]
+        kind = storage.root_info(fs, root)["type"]
     except FileNotFoundError:
         kind = None  # a new table
     if kind not in (None, "directory"):

@@ -16,6 +16,7 @@ Rows already covered elsewhere, not repeated here:
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import re
 from pathlib import Path
@@ -391,7 +392,7 @@ def test_overriding_options_are_validated_as_parsed_ones():
     assert stored.batch_size == 10 and stored.with_options({}) is stored
     with pytest.raises(ValueError, match=r"Option 'batchSize' = '0' is not valid"):
         stored.with_options({"batchSize": "0"})
-    with pytest.raises(ValueError, match=r"Unknown option\(s\) \['colour'\].*valid options are"):
+    with pytest.raises(ValueError, match=r"Unknown option\(s\) 'colour' for data source 'dynsource'; valid options"):
         stored.with_options({"colour": "red"})
     with pytest.raises(ValueError, match="Option 'path' is required"):
         stored.with_options({"path": " "})
@@ -418,9 +419,34 @@ def test_create_table_using_dynsource_points_to_register_table(spark, tmp_path, 
 def test_a_one_letter_protocol_is_unknown_not_a_local_directory(tmp_path, monkeypatch):
     # fsspec alone reads 'x://t' as a Windows drive: a local path that does not exist, or an empty store.
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"^Option 'path' = 'x://t' cannot be opened: Protocol not known: x "):
+    with pytest.raises(ValueError, match=r"^Option 'path' = 'x://t' cannot be opened: Protocol not known: x\. "):
         files.open_table("x://t")
     with pytest.raises(filterstore.FilterStoreError,
                        match=r"^Filter store 'x://f' cannot be written .*Protocol not known"):
         dynsource.publish(DynamicFilteringData([("k", "int")], [(1,)]), "x://f")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mistyped_option_is_named_with_the_option_it_is_closest_to_after_one_frame(spark, tmp_path):
+    pq.write_to_dataset(pa.table({"v": [1], "k": [1]}), tmp_path, partition_cols=["k"])
+    with pytest.raises(Exception) as raised:  # Spark hands the option lower-cased
+        spark.read.format("dynsource").option("path", str(tmp_path)).option("partitonFilter", "k = 1").load()
+    message = str(raised.value)
+    assert "Unknown option(s) 'partitonfilter' (did you mean 'partitionFilter'?) for data source 'dynsource'" in message
+    # Spark shows the worker's traceback before the sentence: one frame, dynsource's entry point, precedes it.
+    before = message[:message.index("ValueError: Unknown option")]
+    assert before.count('File "') == 1 and "source.py" in before, message
+
+
+def test_an_object_store_that_does_not_answer_is_an_error_naming_the_path_and_the_store_error(spark, tmp_path):
+    unreachable = {"key": "k", "secret": "s", "config_kwargs": {"retries": {"max_attempts": 1}},
+                   "client_kwargs": {"endpoint_url": "http://127.0.0.1:1", "region_name": "us-east-1"}}
+    expected = (r"Option 'path': 'bucket/sales' cannot be reached: EndpointConnectionError: Could not connect to the "
+                r"endpoint URL.*Check the store's address and credentials \(option storageOptions\)")
+    with pytest.raises(OSError, match=expected):
+        dynsource.register_table(spark, "unreachable", path="s3://bucket/sales", storageOptions=unreachable,
+                                 definitions=str(tmp_path))
+    dim = spark.createDataFrame([(1,)], "d INT")
+    with pytest.raises(OSError, match=expected):
+        dynsource.dynamic_join("s3://bucket/sales", dim, {"k": "d"},
+                               options={"storageOptions": json.dumps(unreachable)})

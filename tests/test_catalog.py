@@ -111,8 +111,11 @@ def test_missing_or_damaged_definition_names_the_table_and_location(spark, fact,
 
 def test_register_rejects_a_taken_name_a_query_option_and_a_bad_name(spark, fact, definitions):
     name, path = fact
-    with pytest.raises(ValueError, match="already exists; pass replace=True"):
+    with pytest.raises(ValueError, match=r"already exists with these very options \(nothing changed\); pass "
+                                         r"replace=True"):
         dynsource.register_table(spark, name, path=path, definitions=definitions)
+    with pytest.raises(ValueError, match="already exists with other options; pass replace=True"):
+        dynsource.register_table(spark, name, path=path, definitions=definitions, reader="python")
     dynsource.register_table(spark, name, path=path, definitions=definitions, replace=True, partitionColumns="k BIGINT")
     assert dict(describe(spark, name))["k"] == "bigint"
     with pytest.raises(ValueError, match="'dynamicFilter' belongs to a query"):

@@ -46,9 +46,25 @@ def test_explain_prints_a_summary_and_json_of_the_newest_or_every_scan(spark, tm
     assert json.loads(run_cli("explain", handle, "--json").stdout)["scan_id"] == scans[-1]["scan_id"]
 
 
-def test_explain_of_an_unknown_handle_says_so():
-    result = run_cli("explain", "dynf-" + "e" * 32)
+def test_explain_of_an_unknown_handle_or_store_says_so(tmp_path):
+    result = run_cli("explain", "dynf-" + "e" * 32, "--store", str(tmp_path))
     assert result.returncode == 1 and "No scan has used" in result.stderr
+    result = run_cli("explain", "dynf-" + "e" * 32, "--store", str(tmp_path / "does-not-exist"))
+    assert result.returncode == 1
+    missing = tmp_path / "does-not-exist"
+    assert result.stderr.strip() == (f"dynsource explain: filter store {missing} (--store) does not exist: give the "
+                                     "store the handle was published in")
+
+
+def test_output_piped_to_a_reader_that_stops_ends_without_a_traceback(spark, tmp_path):
+    handle = dynsource.publish(dynsource.DynamicFilteringData([("k", "int")], [(2,)]), str(tmp_path))
+    pq.write_to_dataset(pa.table({"v": [1, 2, 3], "k": [1, 2, 3]}), tmp_path / "t", partition_cols=["k"])
+    spark.read.format("dynsource").option("path", str(tmp_path / "t")).option("dynamicFilter", handle) \
+        .option("filterStore", str(tmp_path)).load().collect()
+    # `true` exits without reading: the command's first write meets a closed pipe, as `| head` leaves one.
+    piped = subprocess.run(f"{sys.executable} -m dynsource.cli explain {handle} --json --store {tmp_path} | true",
+                           shell=True, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in piped.stderr and "BrokenPipeError" not in piped.stderr, piped.stderr
 
 
 def test_demo_runs_and_its_three_results_agree(tmp_path):
@@ -69,11 +85,12 @@ def test_version_is_the_installed_distributions():
 
 def test_expire_of_a_store_with_an_unknown_protocol_fails_naming_it(tmp_path):
     # 'x://' is what fsspec would otherwise read as the local directory 'x:/y' (a Windows drive), and find empty.
-    for url, protocol in (("x://y", "'x'"), ("xy://y", "Protocol not known: xy")):
+    for url, protocol in (("x://y", "Protocol not known: x;"), ("xy://y", "Protocol not known: xy;")):
         result = run_cli("expire", "--older-than", "7d", "--store", url, cwd=tmp_path)
         assert result.returncode == 1, result.stderr
         [line] = result.stderr.splitlines()
         assert line.startswith(f"dynsource expire: filter store '{url}' (--store)") and protocol in line
+        assert "Windows" not in line
     assert list(tmp_path.iterdir()) == []
 
 

@@ -64,6 +64,22 @@ def test_joins_that_keep_unmatched_fact_rows_do_not_prune(spark, fact, how):
     assert report.handle is None and not report.filtering and "keeps fact rows" in report.fallback_reason
 
 
+def test_keys_named_alike_join_as_sparks_join_on_names_with_one_column_each(spark, fact):
+    """``on="k"``: the fact and the dimension share the name, and the result has one ``k`` (``join(on=["k"])``),
+    which a later select names without ambiguity; of a star, per dimension."""
+    dim = dimension(spark, "SELECT CAST(id AS INT) AS k, id * 10 AS label FROM range(3, 6)")
+    fact_df = spark.read.parquet(fact)
+    for on in ("k", ["k"]):
+        joined = dynsource.dynamic_join(fact, dim, on)
+        assert joined.columns == fact_df.join(dim, on=["k"]).columns == ["k", "amount", "label"]
+        assert same_rows(joined.select("k", "label"), fact_df.join(dim, on=["k"]).select("k", "label"))
+        assert dynsource.scan_report(joined).partitions_kept == 3
+    amounts = dimension(spark, "SELECT CAST(id AS DOUBLE) AS amount_key FROM range(0, 200, 7)")
+    star = dynsource.dynamic_join(fact, [(dim, "k"), (amounts, {"amount": "amount_key"})])
+    expected = fact_df.join(dim, on=["k"]).join(amounts, fact_df["amount"] == amounts["amount_key"])
+    assert same_rows(star.select("k", "amount_key"), expected.select("k", "amount_key"))
+
+
 def test_empty_dimension(spark, fact):
     dim = dimension(spark, "SELECT CAST(id AS INT) AS dk FROM range(0)")
     joined = dynsource.dynamic_join(fact, dim, {"k": "dk"})

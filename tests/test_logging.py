@@ -128,13 +128,14 @@ def test_every_scan_logs_a_line_and_a_table_read_whole_warns_once_per_worker(ses
                                                       "partition number is 3, remaining partition number is 2 ") and
             re.search(r"; planning [\d.]+ ms; pruned by partitionFilter 'k >= 2'$", line)]
     warnings = [line for line in lines if line.startswith(
-        "WARNING dynsource.scanplanner: dynsource: the scan of table default.sales read all 4 partitions. Spark "
-        "does not pass a query's WHERE to a Python data source, so WHERE k ... does not prune. To prune, give the "
+        "WARNING dynsource.scanplanner: dynsource: the scan of table default.sales reads all 4 partitions: it has "
+        "neither a partitionFilter nor a dynamicFilter. If the query filters on partition column k, note that Spark "
+        "does not pass a query's WHERE to a Python data source, so such a filter prunes nothing here; give the "
         "partitionFilter option (SELECT ... FROM default.sales WITH ('partitionFilter' = 'k = ...')), or run the "
         "query with dynsource.sql(spark, query), which turns WHERE predicates on partition columns into "
-        "partitionFilter (a dynsource.sql query without such a predicate reads the table whole).")]
+        "partitionFilter.")]
     assert len(warnings) == 1  # three actions planned in one worker
-    assert len([line for line in lines if f"the scan of {facts['big']} read all 4 partitions" in line]) == 1
+    assert len([line for line in lines if f"the scan of {facts['big']} reads all 4 partitions" in line]) == 1
     assert facts["where"] == [4, 4, "none"]
 
 
