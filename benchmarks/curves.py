@@ -68,7 +68,7 @@ def time_planning(url: str, handle: str | None, filter_store: str) -> tuple[floa
     """Seconds, input partitions and (for a filtered scan) directory listings of one planning of ``url``."""
     from pyspark.sql.types import IntegerType, StructField, StructType
 
-    from dynsource import report
+    from dynsource import explain
     from dynsource.options import ScanOptions
     from dynsource.scanplanner import plan_scan
 
@@ -77,7 +77,7 @@ def time_planning(url: str, handle: str | None, filter_store: str) -> tuple[floa
     started = time.perf_counter()
     planned = plan_scan(ScanOptions.parse(options), schema)
     seconds = time.perf_counter() - started
-    listings = report.scan_report(handle, filter_store).listings if handle else -1
+    listings = explain.scan_report(handle, filter_store).listings if handle else -1
     return seconds, len(planned), listings
 
 

@@ -16,11 +16,13 @@ if TYPE_CHECKING:
 
     from dynsource.catalog import drop_table, register_table, register_tables
     from dynsource.collector import collect, collect_data
+    from dynsource.explain import scan_report, scan_reports
     from dynsource.filtering import DynamicFilteringData
     from dynsource.handles import expire, publish, resolve
     from dynsource.join import dynamic_join
     from dynsource.query import explain_sql, sql
-    from dynsource.report import QueryReport, ScanReport, scan_report, scan_reports
+    from dynsource.queryreport import QueryReport
+    from dynsource.report import ScanReport
     from dynsource.source import DynsourceDataSource
     from dynsource.writes import vacuum, write
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 _PUBLIC = {
     "DynamicFilteringData": "dynsource.filtering",
     "DynsourceDataSource": "dynsource.source",
-    "QueryReport": "dynsource.report",
+    "QueryReport": "dynsource.queryreport",
     "ScanReport": "dynsource.report",
     "collect": "dynsource.collector",
     "collect_data": "dynsource.collector",
@@ -40,8 +42,8 @@ _PUBLIC = {
     "register_table": "dynsource.catalog",
     "register_tables": "dynsource.catalog",
     "resolve": "dynsource.handles",
-    "scan_report": "dynsource.report",
-    "scan_reports": "dynsource.report",
+    "scan_report": "dynsource.explain",
+    "scan_reports": "dynsource.explain",
     "sql": "dynsource.query",
     "vacuum": "dynsource.writes",
     "write": "dynsource.writes",

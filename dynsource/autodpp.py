@@ -49,9 +49,9 @@ from dynsource.filterstore import FilterStore
 from dynsource.frames import Frames
 from dynsource.kept import Kept
 from dynsource.options import filter_options
+from dynsource.origin import Reader
 from dynsource.partitionfilter import PartitionFilter
-from dynsource.report import Assignment, QueryReport
-from dynsource.scanned import Reader
+from dynsource.queryreport import Assignment, QueryReport
 from dynsource.scanplanner import plan_scan
 
 log = logging.getLogger(__name__)

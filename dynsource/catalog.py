@@ -1,11 +1,8 @@
-"""Registered tables: dynsource tables in Spark's catalog that plain SQL reads.
+"""Registered tables: dynsource tables in Spark's catalog that plain SQL reads, registered, read and dropped here.
 
-Spark keeps no OPTIONS, LOCATION or TBLPROPERTIES for a table of a Python data
-source: the source sees only the options of the table reference
-(``WITH (...)``). What survives is the source name. So each table gets its own
-source, ``dynsource.<db>.<table>``, a subclass of ``DynsourceDataSource`` whose
-class attributes say where the table's definition is stored; they travel with
-the pickled class to the Python worker that reads the definition.
+Each table reads through a source of its own, ``dynsource.<db>.<table>``, which finds its stored definition
+(:mod:`dynsource.tablesource`); this module registers those sources with the session and the tables with the
+catalog, and reads a table the way ``auto`` chooses (:mod:`dynsource.sparkreader`).
 
 A definition is JSON (path, reader options, schema) in an fsspec directory: the
 ``definitions`` argument, else ``$DYNSOURCE_DEFINITIONS``, else
@@ -17,117 +14,39 @@ the tables of a new session deletes the definitions whose table is gone.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import fsspec
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import figures, logs, schemas, sparkreader
+from dynsource import figures, sparkreader, tableschema
 from dynsource.filterstore import FilterStore
-from dynsource.kept import Kept
 from dynsource.metastore import in_catalog
-from dynsource.options import OPTION_NAMES, ScanOptions
-from dynsource.source import DynsourceDataSource, said_plainly
+from dynsource.options import OPTION_NAMES
+from dynsource.source import DynsourceDataSource
 from dynsource.tableschema import check_declared_schema
+from dynsource.tablesource import (
+    DEFINITIONS_ENV,
+    SOURCE_PREFIX,
+    SUFFIX,
+    TableDefinition,
+    TableDefinitionError,
+    TableSource,
+    read_definition,
+    table_source,
+)
 
 log = logging.getLogger(__name__)
 
-DEFINITIONS_ENV = "DYNSOURCE_DEFINITIONS"
-SOURCE_PREFIX = "dynsource."
-_VERSION = 1
-_SUFFIX = ".json"
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 # Where this process registered each table's source, for tables stored outside the default location.
 _locations: dict[str, str] = {}
-# Definitions parsed, by table, location and stored bytes: a query reads its tables' definitions two or three times.
-_parsed: Kept[TableDefinition] = Kept(256)
-
-
-class TableDefinitionError(ValueError):
-    """A registered table's definition is missing or cannot be read; the message names the table and where."""
-
-
-@dataclass(frozen=True)
-class TableDefinition:
-    """What a registered table reads: its qualified name, reader options (``path`` among them) and schema."""
-
-    table: str
-    options: dict[str, str]
-    schema: StructType
-
-    @property
-    def path(self) -> str:
-        return self.options["path"]
-
-    @functools.cached_property
-    def scan_options(self) -> ScanOptions:
-        """The stored options, parsed (once per definition: each query's source overrides them)."""
-        return ScanOptions.parse(self.options)
-
-    def to_json(self) -> bytes:
-        document = {"version": _VERSION, "table": self.table, "options": self.options,
-                    "schema": json.loads(self.schema.json())}
-        return json.dumps(document, indent=2, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, table: str, location: str, blob: bytes) -> TableDefinition:
-        """Parse a stored definition; anything unexpected is a ``TableDefinitionError`` naming ``location``."""
-        try:
-            document = json.loads(blob)
-            if document["version"] != _VERSION or document["table"] != table:
-                raise ValueError(f"it is version {document['version']} of table '{document['table']}'")
-            options = {str(k): str(v) for k, v in document["options"].items()}
-            definition = cls(table, options, StructType.fromJson(document["schema"]))
-            definition.scan_options  # noqa: B018 -- parsed now, so that damage is reported as such
-            return definition
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise TableDefinitionError(
-                f"The dynsource definition of table '{table}' at '{_url(location, table)}' is damaged ({error!r}); "
-                "register the table again with dynsource.register_table(..., replace=True)."
-            ) from None
-
-
-class TableSource(DynsourceDataSource):
-    """The source of one registered table: its stored definition, overridden by the table reference's options.
-
-    Subclasses made by :func:`table_source` set ``table`` and ``location``.
-    """
-
-    table: ClassVar[str] = ""
-    location: ClassVar[str] = ""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_PREFIX + cls.table
-
-    @said_plainly
-    def __init__(self, options: dict[str, str]) -> None:
-        self.definition = read_definition(self.table, self.location)
-        super().__init__(options)
-
-    def parse_options(self, options: Mapping[str, str]) -> ScanOptions:
-        return self.definition.scan_options.with_options(options)
-
-    def schema(self) -> StructType:
-        return self.definition.schema
-
-
-def table_source(
-    table: str, location: str, task_figures: figures.Channel | figures.Unavailable
-) -> type[TableSource]:
-    """A new ``TableSource`` class for ``table`` whose definition is in the directory ``location``."""
-    # Not importable by name, so cloudpickle ships the class by value, attributes included.
-    attributes = {"table": table, "location": location, "task_figures": task_figures,
-                  "driver_log_level": logs.driver_level()}
-    return type(f"TableSource_{table.replace('.', '_')}", (TableSource,), attributes)
 
 
 def register_table(
@@ -204,13 +123,13 @@ def register_table(
     if schema is None:  # inferred in the driver as a Python worker would, leaving the driver's logging as it is
         schema = reader.table_schema()
     else:
-        schema = schemas.declared_schema(spark, schema)
+        schema = tableschema.declared_schema(spark, schema)
         check_declared_schema(schema, reader.scan_options)
     if exists:  # only now: a path whose schema cannot be inferred leaves the old table standing
         spark.sql(f"DROP TABLE {table}")
     definition = TableDefinition(table, stored, schema)
     location = definitions_location(spark, definitions)
-    FilterStore.of(location).put(table + _SUFFIX, definition.to_json())
+    FilterStore.of(location).put(table + SUFFIX, definition.to_json())
     source = _register_source(spark, table, location)
     spark.catalog.createTable(table, source=source.name(), schema=schema)
     return definition
@@ -266,7 +185,7 @@ def stored_tables(location: str) -> list[str]:
         names = fs.ls(root, detail=False)
     except FileNotFoundError:
         return []
-    tables = [entry.rstrip("/").rsplit("/", 1)[-1].removesuffix(_SUFFIX) for entry in names if entry.endswith(_SUFFIX)]
+    tables = [entry.rstrip("/").rsplit("/", 1)[-1].removesuffix(SUFFIX) for entry in names if entry.endswith(SUFFIX)]
     return sorted(table for table in tables if _is_qualified(table))
 
 
@@ -317,28 +236,6 @@ def read_table(
                                       definition.scan_options.with_options(options), definition.schema, columns)
 
 
-def read_definition(table: str, location: str) -> TableDefinition:
-    """The definition of qualified ``table`` in the directory ``location`` (runs in Python workers too)."""
-    try:
-        blob = FilterStore.of(location).get(table + _SUFFIX)
-    except FileNotFoundError:
-        raise TableDefinitionError(
-            f"Table '{table}' has no dynsource definition at '{_url(location, table)}'; register it again with "
-            "dynsource.register_table(..., replace=True), or call dynsource.register(spark) with the definitions "
-            f"location it was registered with (${DEFINITIONS_ENV})."
-        ) from None
-    except OSError as error:
-        raise TableDefinitionError(
-            f"The dynsource definition of table '{table}' at '{_url(location, table)}' cannot be read: {error}"
-        ) from None
-    key = (table, location, blob)
-    definition = _parsed.get(key)
-    if definition is None:
-        definition = TableDefinition.from_json(table, location, blob)
-        _parsed.put(key, definition)
-    return definition
-
-
 def definitions_location(spark: SparkSession, definitions: str | None = None) -> str:
     """Where definitions are stored: ``definitions``, else ``$DYNSOURCE_DEFINITIONS``, else next to the warehouse."""
     configured = definitions or os.environ.get(DEFINITIONS_ENV)
@@ -371,7 +268,7 @@ def _location_of(spark: SparkSession, table: str, definitions: str | None) -> st
 
 def _delete(location: str, table: str) -> None:
     fs, root = fsspec.core.url_to_fs(location)
-    target = f"{root.rstrip('/')}/{table}{_SUFFIX}"
+    target = f"{root.rstrip('/')}/{table}{SUFFIX}"
     if fs.exists(target):
         fs.rm(target)
 
@@ -395,7 +292,3 @@ def _absolute(path: str) -> str:
 def _is_qualified(table: str) -> bool:
     parts = table.split(".")
     return len(parts) == 2 and all(_NAME.match(part) for part in parts)
-
-
-def _url(location: str, table: str) -> str:
-    return f"{location}/{table}{_SUFFIX}"

@@ -315,8 +315,8 @@ def _first_line(error: Exception) -> str:
 
 
 def _explain(args: argparse.Namespace) -> None:
+    from dynsource.explain import scan_report, scan_reports
     from dynsource.filterstore import FilterStore
-    from dynsource.report import scan_report, scan_reports
     from dynsource.storage import StorageOptions
 
     try:

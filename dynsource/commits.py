@@ -43,19 +43,15 @@ as data: nothing in them is executed.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dynsource import partitions, storage
-
-if TYPE_CHECKING:
-    from dynsource.enumerator import Listing
 
 log = logging.getLogger(__name__)
 DIRECTORY = "_dynsource_commits"
@@ -100,19 +96,6 @@ class Records:
         if relative_path in self.replaced:
             return True
         return job_of(relative_path.rsplit("/", 1)[-1]) in self.pending
-
-    def visible(self, listing: Listing, table: str) -> Listing:
-        """``listing`` without the files these records hide, nor the partitions left without a file."""
-        if not self.states:
-            return listing
-        prefix = table.rstrip("/") + "/"
-        kept = []
-        for index, partition in enumerate(listing.partitions):
-            files = tuple(f for f in partition.files if not self.hides(f.path.removeprefix(prefix)))
-            if files:
-                kept.append((index, dataclasses.replace(partition, files=files)))
-        values = listing.values.take([index for index, _ in kept]) if listing.values is not None else None
-        return dataclasses.replace(listing, partitions=[partition for _, partition in kept], values=values)
 
 
 NONE = Records()

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from dynsource import benefit, catalog, collector, handles, report, sparkreader
+from dynsource import benefit, catalog, collector, handles, queryreport, sparkreader
 from dynsource.benefit import DEFAULT_FALLBACK_FILTER_RATIO
 from dynsource.filterstore import FilterStore
 from dynsource.options import ScanOptions, filter_options
@@ -126,11 +126,12 @@ def dynamic_join(
             lambda a, b: a & b, [fact_df[f] == d[c] for f, c in pairs])
         joined = joined.join(d, condition, join_type)
     if len(dims) == 1:
-        report.record_join(joined, fact=fact, handle=applied.handle if applied else None,
+        queryreport.record_join(joined, fact=fact, handle=applied.handle if applied else None,
                            reason=None if applied else "; ".join(notes), store=store)
     else:
-        assignment = applied or report.Assignment(fact, reason="; ".join(notes))
-        report.record_query(joined, report.QueryReport((assignment,), tuple(notes) if applied else (), store))
+        assignment = applied or queryreport.Assignment(fact, reason="; ".join(notes))
+        query_report = queryreport.QueryReport((assignment,), tuple(notes) if applied else (), store)
+        queryreport.record_query(joined, query_report)
     return joined
 
 
@@ -195,7 +196,7 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
         return None, notes
     collection_ms = round((time.perf_counter() - started) * 1000, 1)  # the dimensions' collect jobs and combining
     handle = handles.publish(choice.data, store)
-    return (report.Assignment(fact, " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
+    return (queryreport.Assignment(fact, " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
                               collection_ms), notes + choice.left_out)
 
 

@@ -53,7 +53,7 @@ from dynsource import (
     inserts,
     names,
     options,
-    report,
+    queryreport,
     scanplanner,
     sqltree,
 )
@@ -170,16 +170,16 @@ def _pruned(spark: SparkSession, query: str, checks: scanplanner.LateChecks | No
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
-        plan, unanalysed = None, report.QueryReport((), (f"the query could not be analysed: {error}",))
+        plan, unanalysed = None, queryreport.QueryReport((), (f"the query could not be analysed: {error}",))
     # spark.sql runs any other statement at once: it must not run on a plan whose check then fails.
     if checks is not None and (plan is None or not plan.is_query) and not checks.held():
         return None
     df = frames.sql(spark, text) if plan is None else plan.run(spark)
-    report.record_query(df, unanalysed if plan is None else plan.report)
+    queryreport.record_query(df, unanalysed if plan is None else plan.report)
     return df
 
 
-def explain_sql(spark: SparkSession, query: str) -> report.QueryReport:
+def explain_sql(spark: SparkSession, query: str) -> queryreport.QueryReport:
     """The dynamic filters :func:`sql` wires into ``query``, with each pruned scan planned but not run.
 
     Like Trino's ``EXPLAIN ANALYZE`` for dynamic filters: the dimension queries

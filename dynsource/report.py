@@ -1,11 +1,11 @@
-"""Scan reports: what a scan kept, pruned and why (EXPLAIN for dynamic filtering and ``partitionFilter``).
+"""A scan's report: what one planned scan kept, pruned and why, and where reports are kept.
 
 A scan may be planned in a Python worker on the driver's host, so its report is written to the filter store,
 one file per scan under its table (``reports/tables/<digest>/<planned at>-<scan id>.json``) and its handle if
 any (``reports/<handle>/...``), the newest ``MAX_SCANS_KEPT`` of each, read back in the driver by handle or
-from a DataFrame's plan (:mod:`dynsource.scanned`). The Python reader's tasks count row groups and rows later,
-in executors, through a Spark accumulator (:mod:`dynsource.figures`); :func:`scan_report` adds up the figures of
-the tasks of the scan it shows, or says why there are none.
+from a DataFrame's plan (:mod:`dynsource.explain`). The Python reader's tasks count row groups and rows later,
+in executors, through a Spark accumulator (:mod:`dynsource.figures`); reading a report back adds up the figures
+of the tasks of its scan, or says why there are none.
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ import hashlib
 import json
 import logging
 import time
-import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
-
-from pyspark.sql import DataFrame
 
 from dynsource import figures, filterstore
 from dynsource.filterstore import FilterStore
@@ -41,8 +37,8 @@ class ScanReport:
     """Figures of one planned scan; ``str()`` gives a summary of a few lines.
 
     Every scan (each action on a DataFrame plans one) keeps its own report, named by ``scan_id``;
-    :func:`scan_report` gives a handle's newest scan (``planned_at``, seconds since the epoch, and
-    ``scans_with_handle`` say which) and :func:`scan_reports` all of them; ``scan_report(df)`` the newest
+    :func:`dynsource.scan_report` gives a handle's newest scan (``planned_at``, seconds since the epoch, and
+    ``scans_with_handle`` say which) and :func:`dynsource.scan_reports` all of them; ``scan_report(df)`` the newest
     scan of the DataFrame's reader (its ``table`` or ``path``, with the same options: ``options_digest``),
     with a handle or not. :meth:`pruned_by` says which filters pruned (``partition_filter``, the handle's).
 
@@ -213,132 +209,14 @@ def _utc(epoch_seconds: float) -> str:
     return dt.datetime.fromtimestamp(epoch_seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-@dataclass(frozen=True)
-class _Join:
-    fact: str
-    handle: str | None
-    reason: str | None
-    store: FilterStore | None
-
-
-_joins: weakref.WeakKeyDictionary[DataFrame, _Join] = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One fact scan of a :func:`dynsource.sql` query: the dynamic filter wired to it, or why none was."""
-
-    scan: str  # the table and its alias, e.g. 'default.store_sales AS ss'
-    filter: str | None = None  # e.g. 'default.store_sales (ss.ss_sold_date_sk) <- default.date_dim (d.d_date_sk)'
-    handle: str | None = None
-    payload_kind: str | None = None
-    keys: int | None = None
-    collection_ms: float | None = None
-    reason: str | None = None  # why the scan is not pruned (None when it is)
-    columns: tuple[str, ...] | None = None  # the columns the pruned scan reads; None: all
-    partition_filter: str | None = None  # the query's own predicates on partition columns, given to the scan
-
-
-@dataclass(frozen=True)
-class QueryReport:
-    """What :func:`dynsource.sql` did for a query (Trino's EXPLAIN ANALYZE as the model).
-
-    ``assignments`` has one entry per fact scan it could prune; ``notes`` says
-    why other joins were not pruned. :meth:`scans` gives each pruned scan's
-    :class:`ScanReport` once a query ran (None before).
-    """
-
-    assignments: tuple[Assignment, ...]
-    notes: tuple[str, ...]
-    store: FilterStore | None = None
-
-    def scans(self) -> list[ScanReport | None]:
-        return [None if a.handle is None else _ran_report(a.handle, self.store) for a in self.assignments]
-
-    def __str__(self) -> str:
-        lines = []
-        for assignment, scan in zip(self.assignments, self.scans(), strict=True):
-            if assignment.partition_filter is not None:
-                lines.append(f"{assignment.scan}: partitionFilter {assignment.partition_filter!r}")
-            if assignment.handle is None:
-                if assignment.reason is not None:
-                    lines.append(f"{assignment.scan}: not pruned by dynsource ({assignment.reason})")
-                continue
-            read = "all columns" if assignment.columns is None else f"columns {list(assignment.columns)}"
-            collected = "" if assignment.collection_ms is None else f", collected in {assignment.collection_ms} ms"
-            lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys{collected}; "
-                         f"reads {read}")
-            if scan is None:
-                lines.append("  (no scan yet: run an action on the DataFrame first)")
-            else:
-                lines += ["  " + line for line in scan.lines()]
-        lines += [f"not pruned: {note}" for note in self.notes]
-        return "\n".join(lines) or "no dynamic filtering"
-
-
-_queries: weakref.WeakKeyDictionary[DataFrame, QueryReport] = weakref.WeakKeyDictionary()
-
-
-def record_query(df: DataFrame, query_report: QueryReport) -> None:
-    """Remember what :func:`dynsource.sql` did for ``df``."""
-    _queries[df] = query_report
-
-
-def _ran_report(handle: str, location: FilterStore | None) -> ScanReport | None:
-    try:
-        return _handle_report(handle, location or FilterStore.of(None))
-    except LookupError:
-        return None
-
-
-def record_join(
-    df: DataFrame, *, fact: str, handle: str | None, reason: str | None, store: FilterStore | None
-) -> None:
-    """Remember what :func:`dynsource.dynamic_join` did for ``df``: pruned (a handle of ``store``) or not, and why."""
-    _joins[df] = _Join(fact, handle, reason, store)
-
-
-def scan_report(
-    target: str | DataFrame, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
-) -> ScanReport | QueryReport:
-    """The report of the newest scan that used a handle, of a DataFrame made by ``dynamic_join``,
-    (a :class:`QueryReport`) of one made by ``dynsource.sql``, or of any other
-    DataFrame that reads one dynsource table: its reader's newest scan, found
-    from the DataFrame's plan (classic PySpark, not Spark Connect).
-
-    ``print()`` it for a summary; ``dataclasses.asdict()`` gives every figure.
-    ``storage_options`` are the fsspec options of the filter store ``store_url``.
-    Raises ``LookupError`` when no scan has used the handle, or the DataFrame, yet
-    (run an action first).
-    """
-    if isinstance(target, DataFrame):
-        if target in _queries:
-            return _queries[target]
-        join = _joins.get(target)
-        if join is None:
-            from dynsource import scanned  # scanned imports this module
-
-            return scanned.dataframe_report(target)
-        if join.handle is None:
-            return ScanReport(None, join.fact, None, None, None, False, *[None] * 7, fallback_reason=join.reason)
-        try:
-            return _handle_report(join.handle, join.store)
-        except LookupError:
-            raise LookupError("No scan of this DataFrame yet: run an action on it first (count(), collect(), a "
-                              "write), then ask dynsource.scan_report() again.") from None
-    return _handle_report(target, FilterStore.of(store_url, storage_options))
-
-
-def scan_reports(
-    handle: str, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
-) -> list[ScanReport]:
-    """The reports of the scans that used ``handle``, oldest first (at most ``MAX_SCANS_KEPT``, the newest)."""
-    location = FilterStore.of(store_url, storage_options)
+def handle_reports(handle: str, location: FilterStore) -> list[ScanReport]:
+    """The kept reports of the scans that used ``handle``, oldest first (the newest ``MAX_SCANS_KEPT``)."""
     scans = _scan_names(_directory(handle), location)
     return [_complete(_read(_directory(handle), name, location), len(scans)) for name in scans]
 
 
-def _handle_report(handle: str, location: FilterStore) -> ScanReport:
+def handle_report(handle: str, location: FilterStore) -> ScanReport:
+    """The newest kept report of a scan that used ``handle``; ``LookupError`` when none is kept."""
     scans = _scan_names(_directory(handle), location)
     if not scans:
         raise LookupError(f"No scan has used dynamic filter handle '{handle}' yet: run a query on it first.")

@@ -45,8 +45,8 @@ from dynsource.enumerator import DynamicPartitionEnumerator, Listing, PartitionE
 from dynsource.filtering import DynamicFilteringData
 from dynsource.kept import Kept
 from dynsource.options import ScanOptions
+from dynsource.origin import Reader
 from dynsource.rowfilter import RowFilterSpec
-from dynsource.scanned import Reader
 from dynsource.tableschema import read_column_types, table_walk
 from dynsource.types import normalize_type
 

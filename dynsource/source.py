@@ -10,8 +10,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource import figures, files, logs, rowfilter, scanned
+from dynsource import figures, files, logs, rowfilter
 from dynsource.options import ScanOptions
+from dynsource.origin import Reader
 from dynsource.scanplanner import plan_scan
 from dynsource.splits import SplitGroup
 from dynsource.tableschema import infer_schema
@@ -240,7 +241,7 @@ class DynsourceDataSource(DataSource):
         self.scan_options = self.parse_options(options)
         self.log_level = self.scan_options.log_level or self.driver_log_level
         # What the DataFrame's plan also knows of this reader: scan_report(df) finds the scans it plans by it.
-        self.scan_reader = scanned.Reader.of(self.name(), options)
+        self.scan_reader = Reader.of(self.name(), options)
 
     def parse_options(self, options: Mapping[str, str]) -> ScanOptions:
         """The validated options of this source's scans (a registered table's source merges its stored ones)."""
@@ -268,7 +269,7 @@ class DynsourceDataSource(DataSource):
 class DynsourceReader(DataSourceReader):
     def __init__(
         self, options: ScanOptions, schema: StructType, task_figures: figures.Channel | figures.Unavailable,
-        log_level: str | None = None, scan_reader: scanned.Reader | None = None,
+        log_level: str | None = None, scan_reader: Reader | None = None,
     ) -> None:
         self.options = options
         self.schema = schema

@@ -52,7 +52,7 @@ from dynsource.enumerator import Listing
 from dynsource.filtering import DynamicFilteringData
 from dynsource.kept import Kept
 from dynsource.options import ScanOptions
-from dynsource.scanned import Reader
+from dynsource.origin import Reader
 from dynsource.scanplanner import PlannedScan, ScanPlanner
 
 # Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import handles, report
+from dynsource import handles, queryreport, report
 from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.filtering import DynamicFilteringData
 from dynsource.filterstore import FilterStore
@@ -66,8 +66,9 @@ def test_summary_of_an_exceeded_filter_says_so_not_zero_keys():
 
 
 def test_a_query_report_leaves_out_a_collection_time_it_does_not_know(tmp_path):
-    assignment = report.Assignment("default.sales AS s", "default.sales (s.day) <- dates (d.day)", HANDLE, "exact", 3)
-    assert str(report.QueryReport((assignment,), (), FilterStore.of(str(tmp_path)))).splitlines()[0] == (
+    assignment = queryreport.Assignment("default.sales AS s", "default.sales (s.day) <- dates (d.day)", HANDLE,
+                                        "exact", 3)
+    assert str(queryreport.QueryReport((assignment,), (), FilterStore.of(str(tmp_path)))).splitlines()[0] == (
         "default.sales (s.day) <- dates (d.day): exact, 3 keys; reads all columns")
 
 

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 import dynsource
-from dynsource import catalog, schemas
+from dynsource import catalog, tableschema
 
 
 def write_day(root: Path, day: str, table: pa.Table) -> str:
@@ -118,8 +118,8 @@ def test_merging_compares_the_types_spark_reads_not_arrow_units(tmp_path):
     # Spark reads timestamps of any Parquet unit as one timestamp type, so they merge; int and string do not.
     first = write_day(tmp_path, "1", pa.table({"t": pa.array([0], pa.timestamp("ms", tz="UTC"))}))
     second = write_day(tmp_path, "2", pa.table({"t": pa.array([0], pa.timestamp("us", tz="UTC")), "n": [1]}))
-    merged = schemas.merged_schema([first, second], pafs.LocalFileSystem(), "parquet")
+    merged = tableschema.merged_schema([first, second], pafs.LocalFileSystem(), "parquet")
     assert merged.simpleString() == "struct<t:timestamp,n:bigint>"
     third = write_day(tmp_path, "3", pa.table({"n": ["x"]}))
     with pytest.raises(ValueError, match=rf"column 'n' is bigint in data file '{second}' and string in .*'{third}'"):
-        schemas.merged_schema([first, second, third], pafs.LocalFileSystem(), "parquet")
+        tableschema.merged_schema([first, second, third], pafs.LocalFileSystem(), "parquet")

@@ -9,7 +9,7 @@ import pytest
 import dynsource
 from dynsource import report
 from dynsource.filtering import DynamicFilteringData
-from dynsource.scanned import Reader
+from dynsource.origin import Reader
 from tests.helpers import read
 
 

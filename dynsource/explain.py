@@ -1,57 +1,68 @@
-"""Which reader planned a scan, and the report of a DataFrame's scan found from its plan.
+"""The public reports: ``dynsource.scan_report`` and ``dynsource.scan_reports``, EXPLAIN for dynamic filtering.
 
-A scan is planned in a Python worker, which has no way to hand anything back to
-the DataFrame whose action planned it; it saves its report under its table
-(:func:`dynsource.report.save`). The DataFrame's analyzed plan names the same
-reader: each Python data source relation in it carries the source's name
-(``dynsource``, or ``dynsource.<db>.<table>`` for a registered table) and the
-reader options, the very ones the planner's source was made with. Their digest
-(:class:`Reader`) picks the DataFrame's own scans among the other readers' of
-the table. Spark Connect keeps the plan in the server: there a DataFrame cannot
-be traced to its scans.
+A report is found by a filter handle (its scans' reports, kept in the filter store), or from a DataFrame: what
+:func:`dynsource.sql` or :func:`dynsource.dynamic_join` recorded for it, else its reader's newest scan, found from
+the DataFrame's analysed plan (:mod:`dynsource.origin`). Spark Connect keeps the plan in the server: there a
+DataFrame cannot be traced to its scans, and the handle is the way.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import deployment, report
+from dynsource import catalog, deployment
+from dynsource.filterstore import FilterStore
 from dynsource.options import ScanOptions
+from dynsource.origin import SOURCE, Reader
+from dynsource.queryreport import QueryReport, recorded
+from dynsource.report import MAX_SCANS_KEPT, ScanReport, handle_report, handle_reports, table_scans
 
-SOURCE = "dynsource"  # the source's name; a registered table's is SOURCE + ".<db>.<table>"
 _CONNECT = (
     "scan_report(DataFrame) finds the scan in the DataFrame's plan, which Spark Connect keeps in the server: "
     "pass the scan's filter handle instead, or read the scan's INFO log line (reader option logLevel=INFO)"
 )
 
 
-@dataclass(frozen=True)
-class Reader:
-    """The reader that planned a scan, as the planner and a DataFrame's plan both know it.
+def scan_report(
+    target: str | DataFrame, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
+) -> ScanReport | QueryReport:
+    """The report of the newest scan that used a handle, of a DataFrame made by ``dynamic_join``,
+    (a :class:`QueryReport`) of one made by ``dynsource.sql``, or of any other
+    DataFrame that reads one dynsource table: its reader's newest scan, found
+    from the DataFrame's plan (classic PySpark, not Spark Connect).
 
-    ``table`` is the registered table (None for a read by path); ``options_digest``
-    a digest of the reader options as Spark hands them to the source, never the
-    options themselves, which may hold credentials.
+    ``print()`` it for a summary; ``dataclasses.asdict()`` gives every figure.
+    ``storage_options`` are the fsspec options of the filter store ``store_url``.
+    Raises ``LookupError`` when no scan has used the handle, or the DataFrame, yet
+    (run an action first).
     """
+    if not isinstance(target, DataFrame):
+        return handle_report(target, FilterStore.of(store_url, storage_options))
+    made = recorded(target)
+    if isinstance(made, QueryReport):
+        return made
+    if made is None:
+        return dataframe_report(target)
+    if made.handle is None:
+        return ScanReport(None, made.fact, None, None, None, False, *[None] * 7, fallback_reason=made.reason)
+    try:
+        return handle_report(made.handle, made.store)
+    except LookupError:
+        raise LookupError("No scan of this DataFrame yet: run an action on it first (count(), collect(), a "
+                          "write), then ask dynsource.scan_report() again.") from None
 
-    table: str | None
-    options_digest: str
 
-    @classmethod
-    def of(cls, source_name: str, options: Mapping[str, str]) -> Reader:
-        """The reader of source ``source_name`` (``dynsource``, or ``dynsource.<db>.<table>``) with ``options``."""
-        # The plan keeps the option names lower-cased, the source may get them as typed: compare them lower-cased.
-        canonical = json.dumps(sorted((str(name).lower(), str(value)) for name, value in options.items()))
-        return cls(source_name.partition(".")[2] or None, hashlib.sha256(canonical.encode()).hexdigest()[:32])
+def scan_reports(
+    handle: str, store_url: str | None = None, *, storage_options: Mapping[str, Any] | None = None
+) -> list[ScanReport]:
+    """The reports of the scans that used ``handle``, oldest first (at most ``MAX_SCANS_KEPT``, the newest)."""
+    return handle_reports(handle, FilterStore.of(store_url, storage_options))
 
 
-def dataframe_report(df: DataFrame) -> report.ScanReport:
+def dataframe_report(df: DataFrame) -> ScanReport:
     """The newest kept scan of the one dynsource reader ``df`` reads through.
 
     Raises
@@ -72,13 +83,13 @@ def dataframe_report(df: DataFrame) -> report.ScanReport:
     ((reader, options),) = readers.items()
     scan_options = _scan_options(df.sparkSession, reader, options)
     path, location = scan_options.path, scan_options.filter_store
-    found = next((scan for scan in report.table_scans(reader.table, path, location)
+    found = next((scan for scan in table_scans(reader.table, path, location)
                   if scan.options_digest == reader.options_digest), None)
     if found is None:
         raise LookupError(
             f"No scan of this DataFrame's reader of {f'table {reader.table}' if reader.table else path} is kept in "
             f"filter store '{location}': run an action on it first (count(), collect(), a write), then ask "
-            f"dynsource.scan_report() again (the store keeps the newest {report.MAX_SCANS_KEPT} scans of a table)."
+            f"dynsource.scan_report() again (the store keeps the newest {MAX_SCANS_KEPT} scans of a table)."
         )
     return found
 
@@ -110,6 +121,4 @@ def _scan_options(spark: SparkSession, reader: Reader, options: Mapping[str, Any
     """The options the scan was planned with: a registered table's stored ones overridden by the reference's."""
     if reader.table is None:
         return ScanOptions.parse(options)
-    from dynsource import catalog  # catalog imports the source, which imports this module
-
     return catalog.load_definition(spark, reader.table).scan_options.with_options(options)
