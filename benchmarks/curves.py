@@ -69,8 +69,8 @@ def time_planning(url: str, handle: str | None, filter_store: str) -> tuple[floa
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     from dynsource import explain
-    from dynsource.options import ScanOptions
-    from dynsource.scanplanner import plan_scan
+    from dynsource.scan.options import ScanOptions
+    from dynsource.scan.planner import plan_scan
 
     options = {"path": url, "filterStore": filter_store, **({"dynamicFilter": handle} if handle else {})}
     schema = StructType([StructField("v", IntegerType()), StructField("k", IntegerType())])

@@ -229,10 +229,11 @@ def dynsource_sql(bench: Bench, query: Query, table: str, pruning: str = "auto",
     Spark's DPP, with ``pruning`` = ``auto``), prunes and reads only used columns; a table found unchanged less than
     ``check_interval_ms`` ago is read as found."""
     import dynsource
-    from dynsource import benefit, scanplanner
+    from dynsource.dpp import benefit
+    from dynsource.scan import planner
 
     bench.spark.conf.set(DPP_CONF, "true")
-    settings = {benefit.PRUNING_CONF: pruning, scanplanner.CHECK_INTERVAL_CONF: str(check_interval_ms)}
+    settings = {benefit.PRUNING_CONF: pruning, planner.CHECK_INTERVAL_CONF: str(check_interval_ms)}
     with _settings(bench.spark, settings):  # set before the timed run and restored after it, untimed
         started = time.perf_counter()
         df = dynsource.sql(bench.spark, query.sql(table))

@@ -214,7 +214,7 @@ def compare(spark, text: str, native_views: dict, repeat: int = 1, min_seconds: 
     (up to ``MAX_RUNS``) until each mode's add up to ``min_seconds``, interleaved (every run's time kept, the
     untimed first), and whether their rows agree."""
     import dynsource
-    from dynsource import benefit
+    from dynsource.dpp import benefit
 
     frames = {}
 

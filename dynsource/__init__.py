@@ -1,8 +1,18 @@
 """dynsource: dynamic partition pruning for PySpark's Python data sources (FLIP-248 in Spark).
 
-The public names are imported on first use: Spark's Python workers import this
-package to unpickle the data source and should load only what reading needs,
-not the driver's SQL analysis, collector and catalog.
+The package's layers, bottom to top, each importing only those below it:
+
+- the root modules: the shared vocabulary (Spark types and CASTs, Hive partition names, DDL, storage URLs and
+  options, logging, where code runs, a bounded LRU map);
+- ``filtering``: the dynamic filter's payload, its store and handles, the collector;
+- ``table``: a Hive-partitioned table on a filesystem: its walk, listing, commit records;
+- ``scan``: planning one scan, and its report;
+- ``spark``: what plugs into Spark: the data source, its readers and writer, registered tables;
+- ``dpp``: automatic dynamic partition pruning (``dynsource.sql``, ``dynamic_join``);
+- ``explain``, ``cli``, ``demo`` and this module: the public reports and entry points.
+
+Spark's Python workers load the root, ``filtering``, ``table``, ``scan`` and ``spark``'s source and writer, never
+``dpp``, the reports or the catalog; so the public names are imported on first use.
 """
 
 from __future__ import annotations
@@ -14,39 +24,39 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dynsource.catalog import drop_table, register_table, register_tables
-    from dynsource.collector import collect, collect_data
+    from dynsource.dpp.join import dynamic_join
+    from dynsource.dpp.query import explain_sql, sql
+    from dynsource.dpp.queryreport import QueryReport
     from dynsource.explain import scan_report, scan_reports
     from dynsource.filtering import DynamicFilteringData
-    from dynsource.handles import expire, publish, resolve
-    from dynsource.join import dynamic_join
-    from dynsource.query import explain_sql, sql
-    from dynsource.queryreport import QueryReport
-    from dynsource.report import ScanReport
-    from dynsource.source import DynsourceDataSource
-    from dynsource.writes import vacuum, write
+    from dynsource.filtering.collector import collect, collect_data
+    from dynsource.filtering.handles import expire, publish, resolve
+    from dynsource.scan.report import ScanReport
+    from dynsource.spark.catalog import drop_table, register_table, register_tables
+    from dynsource.spark.source import DynsourceDataSource
+    from dynsource.spark.tablewrites import vacuum, write
 
 # Each public name and the module that defines it.
 _PUBLIC = {
     "DynamicFilteringData": "dynsource.filtering",
-    "DynsourceDataSource": "dynsource.source",
-    "QueryReport": "dynsource.queryreport",
-    "ScanReport": "dynsource.report",
-    "collect": "dynsource.collector",
-    "collect_data": "dynsource.collector",
-    "drop_table": "dynsource.catalog",
-    "dynamic_join": "dynsource.join",
-    "expire": "dynsource.handles",
-    "explain_sql": "dynsource.query",
-    "publish": "dynsource.handles",
-    "register_table": "dynsource.catalog",
-    "register_tables": "dynsource.catalog",
-    "resolve": "dynsource.handles",
+    "DynsourceDataSource": "dynsource.spark.source",
+    "QueryReport": "dynsource.dpp.queryreport",
+    "ScanReport": "dynsource.scan.report",
+    "collect": "dynsource.filtering.collector",
+    "collect_data": "dynsource.filtering.collector",
+    "drop_table": "dynsource.spark.catalog",
+    "dynamic_join": "dynsource.dpp.join",
+    "expire": "dynsource.filtering.handles",
+    "explain_sql": "dynsource.dpp.query",
+    "publish": "dynsource.filtering.handles",
+    "register_table": "dynsource.spark.catalog",
+    "register_tables": "dynsource.spark.catalog",
+    "resolve": "dynsource.filtering.handles",
     "scan_report": "dynsource.explain",
     "scan_reports": "dynsource.explain",
-    "sql": "dynsource.query",
-    "vacuum": "dynsource.writes",
-    "write": "dynsource.writes",
+    "sql": "dynsource.dpp.query",
+    "vacuum": "dynsource.spark.tablewrites",
+    "write": "dynsource.spark.tablewrites",
 }
 
 __all__ = [
@@ -103,8 +113,10 @@ def register(spark: SparkSession) -> None:
     pushdown, whose planned reads go stale when a DataFrame is reused (see the
     README's "Known Spark issues").
     """
-    from dynsource import catalog, deployment, figures, source
+    from dynsource import deployment
+    from dynsource.scan import taskfigures
+    from dynsource.spark import catalog, source
 
-    deployment.check_workers(spark)
-    spark.dataSource.register(source.DynsourceDataSource.with_figures(figures.channel(spark)))
-    catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.catalog
+    deployment.check_workers(spark, source.__name__)
+    spark.dataSource.register(source.DynsourceDataSource.with_figures(taskfigures.channel(spark)))
+    catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.spark.catalog

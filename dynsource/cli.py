@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dynsource.filterstore import FilterStore
+    from dynsource.filtering.filterstore import FilterStore
 
 _CONNECTION_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -152,7 +152,7 @@ def _sql(args: argparse.Namespace) -> None:
 
 def _run_sql(spark: SparkSession, args: argparse.Namespace) -> None:
     import dynsource
-    from dynsource import catalog
+    from dynsource.spark import catalog
 
     if args.definitions:
         catalog.register_tables(spark, definitions=args.definitions)
@@ -167,9 +167,9 @@ def _run_sql(spark: SparkSession, args: argparse.Namespace) -> None:
 def _table(args: argparse.Namespace) -> None:
     from pyspark.errors import AnalysisException
 
-    from dynsource import catalog, writes
+    from dynsource.spark import catalog, tablewrites
 
-    if args.action == "vacuum" and writes.is_path(args.table):  # a directory: no session to start
+    if args.action == "vacuum" and tablewrites.is_path(args.table):  # a directory: no session to start
         _vacuum(None, args)
         return
     spark = _hive_session(args.conf, args.metastore)
@@ -184,7 +184,7 @@ def _table(args: argparse.Namespace) -> None:
 
 
 def _create_table(spark: SparkSession, args: argparse.Namespace) -> None:
-    from dynsource import catalog
+    from dynsource.spark import catalog
 
     table = catalog.qualified_name(spark, args.name)
     # register_table's own message names its Python argument (replace=True), not this command's flag.
@@ -196,7 +196,7 @@ def _create_table(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def _drop_table(spark: SparkSession, args: argparse.Namespace) -> None:
-    from dynsource import catalog
+    from dynsource.spark import catalog
 
     table = catalog.qualified_name(spark, args.name)
     location = catalog.definitions_location(spark, args.definitions)
@@ -210,7 +210,7 @@ def _drop_table(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def _list_tables(spark: SparkSession, args: argparse.Namespace) -> None:
-    from dynsource import catalog
+    from dynsource.spark import catalog
 
     location = catalog.definitions_location(spark, args.definitions)
     tables = catalog.stored_tables(location)
@@ -226,12 +226,12 @@ def _list_tables(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def _vacuum(spark: SparkSession | None, args: argparse.Namespace) -> None:
-    from dynsource import writes
+    from dynsource.spark import tablewrites
     from dynsource.storage import StorageOptions
 
     try:
         options = StorageOptions.parse("--storage-options", args.storage_options)
-        found = writes.vacuum(args.table, spark=spark, older_than_s=args.older_than.seconds, dry_run=args.dry_run,
+        found = tablewrites.vacuum(args.table, spark=spark, older_than_s=args.older_than.seconds, dry_run=args.dry_run,
                               storage_options=options)
     except (ValueError, OSError) as error:
         sys.exit(f"dynsource table vacuum: {_first_line(error)}")
@@ -316,7 +316,7 @@ def _first_line(error: Exception) -> str:
 
 def _explain(args: argparse.Namespace) -> None:
     from dynsource.explain import scan_report, scan_reports
-    from dynsource.filterstore import FilterStore
+    from dynsource.filtering.filterstore import FilterStore
     from dynsource.storage import StorageOptions
 
     try:
@@ -358,7 +358,7 @@ def _duration(text: str) -> _Duration:
 
 
 def _expire(older_than: _Duration, store_url: str | None, store_options: str | None, *, dry_run: bool) -> None:
-    from dynsource.filterstore import FilterStore
+    from dynsource.filtering.filterstore import FilterStore
     from dynsource.storage import StorageOptions
 
     try:

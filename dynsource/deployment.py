@@ -41,12 +41,13 @@ class WorkerSetupError(RuntimeError):
     """Spark's Python workers cannot run dynsource; the message says what they lack and how to install it."""
 
 
-def check_workers(spark: SparkSession) -> None:
+def check_workers(spark: SparkSession, module: str) -> None:
     """Run a small probe job on the executors (once per session) and raise if dynsource cannot run there.
 
     The probe is a plain Python UDF over as many tasks as the session's default
     parallelism: it needs only the Python Spark starts, and it reports that
-    Python's path, its version and dynsource's version, or why the import failed.
+    Python's path, its version and dynsource's version, or why importing ``module``
+    (what the workers load, named by the caller) failed.
 
     Raises
     ------
@@ -56,7 +57,7 @@ def check_workers(spark: SparkSession) -> None:
     if spark in _checked:
         return
     try:
-        reports = {json.dumps(found, sort_keys=True) for found in _probe(spark)}
+        reports = {json.dumps(found, sort_keys=True) for found in _probe(spark, module)}
     except Exception as error:  # the worker did not start: a missing interpreter, a Python without pyspark
         raise WorkerSetupError(
             f"Spark's Python workers could not run a dynsource probe task: {_failure(error)}. {INSTALL_HINT}"
@@ -76,7 +77,7 @@ def check_workers(spark: SparkSession) -> None:
     _checked.add(spark)
 
 
-def _probe(spark: SparkSession) -> list[dict[str, Any]]:
+def _probe(spark: SparkSession, module: str) -> list[dict[str, Any]]:
     def probe(_: int) -> str:
         # Runs in an executor: imports only the standard library until it tries dynsource.
         import importlib
@@ -87,7 +88,7 @@ def _probe(spark: SparkSession) -> list[dict[str, Any]]:
 
         found = {"python": sys.executable, "version": platform.python_version(), "dynsource": None, "error": None}
         try:
-            importlib.import_module("dynsource.source")
+            importlib.import_module(module)
             found["dynsource"] = importlib.metadata.version("dynsource")
         except Exception as error:  # whatever stops the import is what the driver must report
             found["error"] = f"{type(error).__name__}: {error}"

@@ -2,7 +2,7 @@
 
 A report is found by a filter handle (its scans' reports, kept in the filter store), or from a DataFrame: what
 :func:`dynsource.sql` or :func:`dynsource.dynamic_join` recorded for it, else its reader's newest scan, found from
-the DataFrame's analysed plan (:mod:`dynsource.origin`). Spark Connect keeps the plan in the server: there a
+the DataFrame's analysed plan (:mod:`dynsource.scan.origin`). Spark Connect keeps the plan in the server: there a
 DataFrame cannot be traced to its scans, and the handle is the way.
 """
 
@@ -13,12 +13,13 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import catalog, deployment
-from dynsource.filterstore import FilterStore
-from dynsource.options import ScanOptions
-from dynsource.origin import SOURCE, Reader
-from dynsource.queryreport import QueryReport, recorded
-from dynsource.report import MAX_SCANS_KEPT, ScanReport, handle_report, handle_reports, table_scans
+from dynsource import deployment
+from dynsource.dpp.queryreport import QueryReport, recorded
+from dynsource.filtering.filterstore import FilterStore
+from dynsource.scan.options import ScanOptions
+from dynsource.scan.origin import SOURCE, Reader
+from dynsource.scan.report import MAX_SCANS_KEPT, ScanReport, handle_report, handle_reports, table_scans
+from dynsource.spark import catalog
 
 _CONNECT = (
     "scan_report(DataFrame) finds the scan in the DataFrame's plan, which Spark Connect keeps in the server: "

@@ -59,10 +59,10 @@ def pushdown_set(spark, value: str):
 
 def read_by_spark(spark, path, **options):
     """The table at ``path`` planned by dynsource and read by Spark's file reader (reader 'spark')."""
-    from dynsource import sparkreader
-    from dynsource.options import ScanOptions
-    from dynsource.source import DynsourceDataSource
+    from dynsource.scan.options import ScanOptions
+    from dynsource.spark import filereader
+    from dynsource.spark.source import DynsourceDataSource
 
     options = {"path": str(path), **options, "reader": "spark"}
     schema = DynsourceDataSource(options).table_schema()
-    return sparkreader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema)
+    return filereader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema)

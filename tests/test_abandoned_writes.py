@@ -15,11 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import cli, commits, writer
+from dynsource import cli
+from dynsource.spark import writer
+from dynsource.table import commits
 from tests.helpers import read, rows
 
 # A writer process: its own Spark session appends 30 rows of p=7 and p=8 to the table, held at a step of the write
-# (dynsource.writer._pause_at) until the test kills it.
+# (dynsource.spark.writer._pause_at) until the test kills it.
 WRITER = textwrap.dedent("""
     import os, sys
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -113,6 +115,6 @@ def test_vacuum_lists_with_a_dry_run_then_removes_only_what_is_older_than_the_ag
 
 
 def _opened(table: Path):
-    from dynsource import files
+    from dynsource.scan import files
 
     return files.open_table(str(table))

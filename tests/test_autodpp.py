@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dynsource
-from dynsource import autodpp, benefit, cli, dimensions, starjoin
-from dynsource.report import QueryReport
+from dynsource import cli
+from dynsource.dpp import benefit, dimensions, queryplan, starjoin
+from dynsource.dpp.queryreport import QueryReport
 
 DAYS = 60
 YEAR_2000 = range(20)  # d_date_sk of the year 2000; 20..59 are 2001
@@ -193,7 +194,7 @@ def test_a_dimension_text_repeated_in_a_query_is_read_and_collected_once(star):
     subquery = ("(SELECT count(*) {name} FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk "
                 "WHERE d_year = 2000 AND d_moy = 3 AND ss_store_sk = {store}) {name}")
     query = "SELECT * FROM " + ", ".join(subquery.format(name=f"s{store}", store=store) for store in range(3))
-    plan = autodpp.plan(star, query)
+    plan = queryplan.plan(star, query)
     assert len(plan.assignments) == 3 and all(a.handle is not None for a in plan.assignments), str(plan.report)
     assert len({pin.reference for pin in plan.pinned}) == 1  # three scans, one snapshot of the dimension
     assert [name for name in plan.frames.frames if "pinned" in name] == ["__dynsource_pinned_0"]
@@ -206,7 +207,7 @@ def test_a_dimension_that_reads_a_dynsource_table_reads_it_as_the_query_does(sta
     query = ("SELECT ss_store_sk, count(*) FROM {fact} WHERE ss_item_sk IN (SELECT ss_item_sk FROM store_sales_all "
              "WHERE ss_store_sk = 3 AND ss_sold_date_sk < 5) GROUP BY ss_store_sk")
     run(star, query, fact="store_sales_all")  # it prunes no directory: the damaged copy would be read
-    plan = autodpp.plan(star, query.format(fact="store_sales_all"))
+    plan = queryplan.plan(star, query.format(fact="store_sales_all"))
     assert [name for name in plan.frames.frames if name.startswith("__dynsource_fact_")], str(plan.report)
     expected = star.sql(query.format(fact="store_sales_native")).collect()
     assert sorted(plan.run(star).collect()) == sorted(expected)
@@ -228,9 +229,9 @@ def test_a_small_dimension_is_collected_by_one_spark_job_and_a_larger_one_by_a_c
              "SELECT d_moy, count(*) FROM {fact} JOIN days ON ss_sold_date_sk = days.d_date_sk GROUP BY d_moy")
     expected = sorted(star.sql(query.format(fact="store_sales_native")).collect())
     plans = []
-    assert _jobs_run_by(star, lambda: plans.append(autodpp.plan(star, query.format(fact="store_sales")))) == 1
+    assert _jobs_run_by(star, lambda: plans.append(queryplan.plan(star, query.format(fact="store_sales")))) == 1
     monkeypatch.setattr(dimensions, "SMALL_RELATION_ROWS", 1)
-    assert _jobs_run_by(star, lambda: plans.append(autodpp.plan(star, query.format(fact="store_sales")))) == 3
+    assert _jobs_run_by(star, lambda: plans.append(queryplan.plan(star, query.format(fact="store_sales")))) == 3
     for plan in plans:
         (assignment,) = plan.assignments
         assert assignment.keys == len(YEAR_2000) and assignment.payload_kind == "exact", str(plan.report)
@@ -240,7 +241,7 @@ def test_a_small_dimension_is_collected_by_one_spark_job_and_a_larger_one_by_a_c
 def test_a_scan_no_dimension_prunes_is_read_while_the_dimensions_are_collected(star):
     query = ("SELECT 'pruned' side, count(*) n FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
              "WHERE d_year = 2000 AND d_moy = 2 UNION ALL SELECT 'whole', count(*) FROM {whole} WHERE ss_store_sk = 3")
-    plan = autodpp.plan(star, query.format(fact="store_sales", whole="store_sales_all"), prepare=True)
+    plan = queryplan.plan(star, query.format(fact="store_sales", whole="store_sales_all"), prepare=True)
     assert [scan.table for scan in plan.prepared] == ["default.store_sales_all"], str(plan.report)
     df = plan.run(star)
     assert len([name for name in plan.frames.frames if name.startswith("__dynsource_fact_")]) == 2  # none read twice
@@ -254,7 +255,7 @@ def test_scans_of_one_table_with_the_same_columns_and_partition_filter_share_one
              "(SELECT count(*) FROM {t} WHERE ss_store_sk BETWEEN 6 AND 10) b, "
              "(SELECT sum(ss_store_sk) FROM {t} WHERE ss_sold_date_sk < 5) c, "
              "(SELECT sum(ss_store_sk) FROM {t} WHERE ss_sold_date_sk < 9) d")
-    plan = autodpp.plan(star, query.format(t="store_sales_all"), prepare=True)
+    plan = queryplan.plan(star, query.format(t="store_sales_all"), prepare=True)
     reads = [plan.prepared[scan] for scan in sorted(plan.prepared, key=lambda scan: scan.start)]
     assert len(reads) == 4 and reads[0] == reads[1] and len({*reads[1:]}) == 3, str(plan.report)
     df = plan.run(star)
@@ -296,7 +297,7 @@ def test_a_declined_dimension_is_read_from_its_snapshot_only_if_it_reads_a_dynso
     over_dimension = ("SELECT ss_store_sk, count(*) FROM {fact} JOIN item ON ss_item_sk = i_item_sk "
                       "WHERE i_brand_id >= 0 GROUP BY ss_store_sk")
     for query, pinned in ((over_fact, 1), (over_dimension, 0)):
-        plan = autodpp.plan(star, query.format(fact="store_sales_all"))
+        plan = queryplan.plan(star, query.format(fact="store_sales_all"))
         report = str(plan.report)
         assert not any(a.handle for a in plan.assignments) and "not worth applying" in report, report
         assert len(plan.pinned) == pinned, report

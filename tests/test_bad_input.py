@@ -27,11 +27,11 @@ import pytest
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 import dynsource
-from dynsource import collector, files, filterstore
-from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
-from dynsource.filtering import DynamicFilteringData
-from dynsource.options import ScanOptions
-from dynsource.scanplanner import plan_scan
+from dynsource.filtering import DynamicFilteringData, collector, filterstore
+from dynsource.scan import files
+from dynsource.scan.options import ScanOptions
+from dynsource.scan.planner import plan_scan
+from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from tests.helpers import read, rows
 
 # --- tables -----------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import catalog, cli
+from dynsource import cli
+from dynsource.spark import catalog
 
 KEYS = 10
 

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import cli, handles
+from dynsource import cli
+from dynsource.filtering import handles
 
 DATA = dynsource.DynamicFilteringData([("k", "int")], [(1,)])
 

@@ -6,8 +6,7 @@ import pyarrow as pa
 import pytest
 
 import dynsource
-from dynsource import collector
-from dynsource.filtering import DynamicFilteringData, bloom_size_bytes
+from dynsource.filtering import DynamicFilteringData, bloom_size_bytes, collector
 
 KEY = {"ss_sold_date_sk": "d_date_sk"}
 

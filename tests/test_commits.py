@@ -15,10 +15,11 @@ import pyarrow.dataset as ds
 import pytest
 from moto.server import ThreadedMotoServer
 
-from dynsource import abandoned, commits, files
-from dynsource.enumerator import PartitionEnumerator
-from dynsource.writeplan import WriteTarget
-from dynsource.writer import DynsourceWriter
+from dynsource.scan import files
+from dynsource.spark.writeplan import WriteTarget
+from dynsource.spark.writer import DynsourceWriter
+from dynsource.table import abandoned, commits
+from dynsource.table.enumerator import PartitionEnumerator
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import handles
-from dynsource.filtering import DynamicFilteringData
+from dynsource.filtering import DynamicFilteringData, handles
 from tests.helpers import read, rows
 
 PROCESSES, THREADS, OWN_HANDLES, SHARED_HANDLES, VARIANTS = 8, 4, 3, 4, 4

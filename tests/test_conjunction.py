@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dynsource.benefit import conjoin
+from dynsource.dpp.benefit import conjoin
 from dynsource.filtering import DynamicFilteringData, wire
 
 DATA = Path(__file__).parent / "data"
@@ -180,8 +180,8 @@ def fact(tmp_path):
 
 
 def test_a_data_column_filter_keeping_nearly_every_row_is_declined_and_a_selective_one_applied(fact):
-    from dynsource import benefit
-    from dynsource.options import ScanOptions
+    from dynsource.dpp import benefit
+    from dynsource.scan.options import ScanOptions
 
     shallow = benefit.survey(ScanOptions.parse({"path": str(fact)}), {"day": "int", "item": "int"}, deep=False)
     every_item = DynamicFilteringData([("item", "int")], [(value,) for value in range(290)])
@@ -202,8 +202,8 @@ def test_a_partition_column_filter_of_a_local_table_is_left_to_spark_and_any_oth
     import fsspec
     import pyarrow.parquet as pq
 
-    from dynsource import benefit
-    from dynsource.options import ScanOptions
+    from dynsource.dpp import benefit
+    from dynsource.scan.options import ScanOptions
 
     types = {"day": "int", "item": "int"}
     local = benefit.survey(ScanOptions.parse({"path": str(fact)}), types)

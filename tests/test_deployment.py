@@ -35,7 +35,7 @@ def bare_python(tmp_path_factory) -> str:
 def test_workers_without_dynsource_fail_with_how_to_install(spark, bare_python):
     session = spark.newSession()  # the check runs once per session
     with workers_running(spark, bare_python), pytest.raises(deployment.WorkerSetupError) as raised:
-        deployment.check_workers(session)
+        deployment.check_workers(session, "dynsource.spark.source")
     message = str(raised.value)
     assert f"interpreter '{bare_python}'" in message and "cannot import dynsource: ModuleNotFoundError" in message
     assert "pip install dynsource" in message and "PYSPARK_PYTHON" in message
@@ -44,15 +44,15 @@ def test_workers_without_dynsource_fail_with_how_to_install(spark, bare_python):
 def test_workers_that_cannot_start_fail_with_the_cause(spark, tmp_path):
     missing = str(tmp_path / "no-such-python")
     with workers_running(spark, missing), pytest.raises(deployment.WorkerSetupError) as raised:
-        deployment.check_workers(spark.newSession())
+        deployment.check_workers(spark.newSession(), "dynsource.spark.source")
     assert f'Cannot run program "{missing}"' in str(raised.value) and "pip install dynsource" in str(raised.value)
 
 
 def test_working_workers_pass_once_per_session(spark):
     session = spark.newSession()
-    deployment.check_workers(session)
+    deployment.check_workers(session, "dynsource.spark.source")
     with workers_running(spark, "/no/such/python"):
-        deployment.check_workers(session)  # already checked: no second probe job
+        deployment.check_workers(session, "dynsource.spark.source")  # already checked: no second probe job
 
 
 def test_local_store_says_nothing_on_local_master(spark, tmp_path, caplog):

@@ -1,15 +1,17 @@
-"""The examples in the public docstrings run as written."""
+"""The examples in the README and in the public docstrings run as written."""
 
 from __future__ import annotations
 
 import dataclasses
 import doctest
 import re
+from pathlib import Path
 
 import pyarrow as pa
 
 import dynsource
-from dynsource import filtering, options
+from dynsource import filtering
+from dynsource.scan import options
 
 
 def run_examples(obj, globs) -> None:
@@ -17,6 +19,23 @@ def run_examples(obj, globs) -> None:
     for test in finder.find(obj, globs=dict(globs)):
         runner.run(test)
     assert runner.failures == 0 and runner.tries > 0
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_every_readme_snippet_runs_as_written_in_order(spark, tmp_path, monkeypatch):
+    """The README's Python blocks, one after the other in one namespace, from an empty directory: what a newcomer
+    pasting them meets (the quickstart writes the demo's tables there)."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    try:
+        for index, block in enumerate(blocks):
+            exec(compile(block, f"README.md, python block {index + 1}", "exec"), namespace)
+    finally:
+        dynsource.drop_table(spark, "store_sales")
 
 
 def test_data_source_docstring_example_runs(spark):

@@ -7,8 +7,9 @@ import uuid
 import fsspec
 import pytest
 
-from dynsource.enumerator import DynamicPartitionEnumerator, Level, PartitionEnumerator, PartitionTyping
 from dynsource.filtering import DynamicFilteringData
+from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.table.levels import Level, PartitionTyping
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import handles
+from dynsource.filtering import handles
 from tests.helpers import read
 
 KEPT = dynsource.DynamicFilteringData([("k", "int")], [(2,)])

@@ -84,10 +84,10 @@ def test_workers_log_at_the_driver_level_or_the_log_level_option(session):
     facts, lines = session
     handles = facts["handles"]
     assert not [line for line in lines if handles["silenced"] in line]  # ERROR set in the driver before register
-    assert [line for line in lines if line.startswith(f"INFO dynsource.report: Dynamic filtering with handle "
+    assert [line for line in lines if line.startswith(f"INFO dynsource.scan.report: Dynamic filtering with handle "
                                                       f"{handles['info']} on ") and "original partition number is 3, "
                                                       "remaining partition number is 1" in line]
-    assert [line for line in lines if line.startswith("WARNING dynsource.scanplanner: dynsource: dynamic filter "
+    assert [line for line in lines if line.startswith("WARNING dynsource.scan.planner: dynsource: dynamic filter "
                                                       f"'{handles['default']}' is not usable")]
 
 
@@ -115,7 +115,7 @@ def test_a_worker_without_a_chosen_level_takes_the_environment_then_warning(dyns
 
 
 def test_the_log_level_option_is_validated():
-    from dynsource.options import ScanOptions
+    from dynsource.scan.options import ScanOptions
 
     assert ScanOptions.parse({"path": "/t", "logLevel": "info"}).log_level == "INFO"
     with pytest.raises(ValueError, match=r"Option 'logLevel' 'verbose' is not a log level; expected one of"):
@@ -124,11 +124,11 @@ def test_the_log_level_option_is_validated():
 
 def test_every_scan_logs_a_line_and_a_table_read_whole_warns_once_per_worker(session):
     facts, lines = session
-    assert [line for line in lines if line.startswith(f"INFO dynsource.report: Scan of {facts['root']}: original "
+    assert [line for line in lines if line.startswith(f"INFO dynsource.scan.report: Scan of {facts['root']}: original "
                                                       "partition number is 3, remaining partition number is 2 ") and
             re.search(r"; planning [\d.]+ ms; pruned by partitionFilter 'k >= 2'$", line)]
     warnings = [line for line in lines if line.startswith(
-        "WARNING dynsource.scanplanner: dynsource: the scan of table default.sales reads all 4 partitions: it has "
+        "WARNING dynsource.scan.planner: dynsource: the scan of table default.sales reads all 4 partitions: it has "
         "neither a partitionFilter nor a dynamicFilter. If the query filters on partition column k, note that Spark "
         "does not pass a query's WHERE to a Python data source, so such a filter prunes nothing here; give the "
         "partitionFilter option (SELECT ... FROM default.sales WITH ('partitionFilter' = 'k = ...')), or run the "

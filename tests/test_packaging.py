@@ -41,13 +41,47 @@ def test_the_wheel_metadata_names_the_license_version_and_bounded_pyspark(wheel)
     assert pyspark.replace(" ", "") == "pyspark<4.4,>=4.0"
 
 
-def test_every_public_name_resolves_and_a_worker_unpickling_the_source_loads_no_driver_module():
+# What Spark's Python workers load: the layers under spark/, and of spark/ what reads and writes.
+WORKER_LAYERS = ("dynsource.filtering", "dynsource.table", "dynsource.scan")
+WORKER_SPARK = {"dynsource.spark", "dynsource.spark.source", "dynsource.spark.tablesource", "dynsource.spark.writer",
+                "dynsource.spark.writeplan"}
+ROOT_MODULES = {"dynsource", *(f"dynsource.{path.stem}" for path in (ROOT / "dynsource").glob("*.py"))} - {
+    "dynsource.__init__", "dynsource.cli", "dynsource.demo", "dynsource.explain"}
+
+
+def test_every_public_name_resolves_and_a_worker_loads_only_the_layers_below_the_automatic_planner():
     assert all(getattr(dynsource, name) is not None for name in dynsource.__all__)
-    assert callable(dynsource.sql) and dynsource.sql.__module__ == "dynsource.query"
-    loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, dynsource.source; print(' '.join(sorted(sys.modules)))"],
+    assert callable(dynsource.sql) and dynsource.sql.__module__ == "dynsource.dpp.query"
+    loaded = subprocess.run(  # a worker unpickling a registered table's source, planning and writing
+        [sys.executable, "-c", "import sys, dynsource.spark.tablesource; print(' '.join(sorted(sys.modules)))"],
         capture_output=True, text=True, check=True, cwd=Path(dynsource.__file__).parents[1],
     ).stdout.split()
-    driver_only = {"dynsource.query", "dynsource.autodpp", "dynsource.starjoin", "dynsource.collector",
-                   "dynsource.catalog", "dynsource.join", "dynsource.dimensions", "dynsource.handles"}
-    assert driver_only.isdisjoint(loaded) and "dynsource.source" in loaded
+    ours = {name for name in loaded if name == "dynsource" or name.startswith("dynsource.")}
+    unexpected = {name for name in ours if name not in ROOT_MODULES | WORKER_SPARK
+                  and not name.startswith(WORKER_LAYERS)}
+    assert not unexpected and "dynsource.spark.source" in ours
+    assert {"dynsource.filtering.collector", "dynsource.filtering.handles"}.isdisjoint(ours)
+
+
+def test_a_layer_imports_only_the_layers_below_it():
+    """root < filtering < table < scan < spark < dpp < explain, cli, demo, __init__ (function-level imports too)."""
+    import ast
+
+    order = ["root", "filtering", "table", "scan", "spark", "dpp", "top"]
+
+    def layer(module: str) -> str:
+        parts = module.split(".")
+        if len(parts) > 2 or (len(parts) == 2 and parts[1] in order):
+            return parts[1]
+        return "top" if parts[-1] in ("explain", "cli", "demo", "dynsource") else "root"
+
+    wrong = []
+    for path in (ROOT / "dynsource").rglob("*.py"):
+        module = ".".join(("dynsource", *path.relative_to(ROOT / "dynsource").with_suffix("").parts))
+        module = module.removesuffix(".__init__") if path.name == "__init__.py" else module
+        here = "top" if path == ROOT / "dynsource" / "__init__.py" else layer(module)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dynsource"):
+                targets = [node.module] if node.module != "dynsource" else [f"dynsource.{a.name}" for a in node.names]
+                wrong += [(module, target) for target in targets if order.index(layer(target)) > order.index(here)]
+    assert not wrong

@@ -21,8 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import handles
-from dynsource.filtering import MAGIC, MAX_HEADER_BYTES, DynamicFilteringData, bloom_size_bytes
+from dynsource.filtering import MAGIC, MAX_HEADER_BYTES, DynamicFilteringData, bloom_size_bytes, handles
 from tests.helpers import read, rows
 
 HANDLE = "dynf-" + "ab" * 16

@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import handles, queryreport, report
-from dynsource.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
-from dynsource.filtering import DynamicFilteringData
-from dynsource.filterstore import FilterStore
+from dynsource.dpp import queryreport
+from dynsource.filtering import DynamicFilteringData, handles
+from dynsource.filtering.filterstore import FilterStore
+from dynsource.scan import report
+from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from tests.helpers import read
 
 PLANNED = dict(path="/data/sales", payload_kind="exact", keys=31, payload_bytes=412, filtering=True,

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import figures, report, rowfilter
 from dynsource.filtering import DynamicFilteringData
-from dynsource.options import ScanOptions
+from dynsource.scan import report, rowfilter, taskfigures
+from dynsource.scan.options import ScanOptions
 from tests.helpers import read, rows
 
 # --- data -------------------------------------------------------------------------------------------
@@ -345,31 +345,31 @@ def test_bloom_payload_over_the_cap_does_not_travel():
 
 
 def test_figures_channel_replaces_a_task_figures_and_keeps_the_newest(monkeypatch):
-    param = figures._FiguresParam()
+    param = taskfigures._FiguresParam()
     total = param.zero({})
     param.addInPlace(total, {("old", 0): (100, 100, 100, 100, 1)})
     param.addInPlace(total, {("new", 0): (5, 4, 10, 8, 1), ("new", 1): (5, 4, 10, 8, 1)})
     param.addInPlace(total, {("new", 1): (5, 4, 10, 8, 0)})  # a retried task replaces its figures
     assert total[("new", 1)] == (5, 4, 10, 8, 0) and len(total) == 3
-    monkeypatch.setattr(figures, "MAX_TASKS_KEPT", 2)
+    monkeypatch.setattr(taskfigures, "MAX_TASKS_KEPT", 2)
     param.addInPlace(total, {("newest", 0): (1, 1, 1, 1, 1)})
     assert list(total) == [("new", 1), ("newest", 0)]
 
 
 def test_report_sums_the_tasks_of_the_latest_scan(spark, tmp_path):
     handle, store = "dynf-" + "2" * 32, str(tmp_path)
-    channel = figures.channel(spark)
+    channel = taskfigures.channel(spark)
     plan_fields = dict(path="t", payload_kind="exact", keys=2, payload_bytes=100, filtering=True,
                        partitions_total=1, partitions_kept=1,
                        files_kept=2, bytes_kept=10, listings=1, input_partitions=2, planning_ms=1.0)
-    channel.record("old", 0, figures.ReadCounts(100, 100, 100, 100, 1))
+    channel.record("old", 0, taskfigures.ReadCounts(100, 100, 100, 100, 1))
     scan_id = uuid.uuid4().hex
     report.save(report.ScanReport(handle=handle, scan_id=scan_id, data_columns=("k",), figures_owner=channel.owner,
                                   **plan_fields), store)
     assert dynsource.scan_report(handle, store).tasks_reported == 0
-    channel.record(scan_id, 0, figures.ReadCounts(5, 4, 10, 8, 1))
-    channel.record(scan_id, 1, figures.ReadCounts(5, 4, 10, 8, 0))
-    channel.record(scan_id, 1, figures.ReadCounts(5, 4, 10, 8, 1))  # a retried task replaces its figures
+    channel.record(scan_id, 0, taskfigures.ReadCounts(5, 4, 10, 8, 1))
+    channel.record(scan_id, 1, taskfigures.ReadCounts(5, 4, 10, 8, 0))
+    channel.record(scan_id, 1, taskfigures.ReadCounts(5, 4, 10, 8, 1))  # a retried task replaces its figures
     scan = dynsource.scan_report(handle, store)
     assert scan.data_columns == ("k",) and scan.tasks_reported == 2 and scan.task_figures_unavailable is None
     assert (scan.row_groups_total, scan.row_groups_skipped, scan.rows_read, scan.rows_filtered) == (10, 8, 20, 16)

@@ -30,9 +30,10 @@ from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
 import dynsource
-from dynsource import DynamicFilteringData, files
-from dynsource.enumerator import PartitionEnumerator
-from dynsource.options import ScanOptions
+from dynsource import DynamicFilteringData
+from dynsource.scan import files
+from dynsource.scan.options import ScanOptions
+from dynsource.table.enumerator import PartitionEnumerator
 from tests.helpers import read, rows
 
 TABLE_BUCKET, STORE_BUCKET = "tables", "filters"
@@ -275,14 +276,14 @@ def test_dynamic_join_on_an_s3_table_with_an_s3_filter_store(spark, s3, register
 
 def test_auto_reads_an_s3_table_by_the_python_reader_as_spark_cannot_open_it(spark, s3, table, registered,
                                                                              expected_rows):
-    from dynsource import sparkreader
+    from dynsource.spark import filereader
 
     _, options = s3
     url, _ = table
     with_options = ScanOptions.parse({"path": url, "storageOptions": json.dumps(options)})
-    assert sparkreader.choose(spark, with_options)[0] == "python"
+    assert filereader.choose(spark, with_options)[0] == "python"
     # Without fsspec's options too: the session has no Hadoop filesystem for 's3://'.
-    assert sparkreader.choose(spark, ScanOptions.parse({"path": url})) == (
+    assert filereader.choose(spark, ScanOptions.parse({"path": url})) == (
         "python", f"Spark's Hadoop filesystem cannot open '{url}'")
     df = dynsource.sql(spark, f"SELECT * FROM {registered} WHERE day = 4")
     assert rows(df.select(*COLUMNS)) == [row for row in expected_rows if row.day == 4]

@@ -12,7 +12,8 @@ import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 import dynsource
-from dynsource import catalog, tableschema
+from dynsource.scan import tableschema
+from dynsource.spark import catalog
 
 
 def write_day(root: Path, day: str, table: pa.Table) -> str:

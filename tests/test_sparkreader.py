@@ -13,8 +13,10 @@ import pytest
 from pyspark.sql import functions as F
 
 import dynsource
-from dynsource import directories, scanplanner, sparkreader
-from dynsource.options import ScanOptions
+from dynsource.scan import planner
+from dynsource.scan.options import ScanOptions
+from dynsource.spark import filereader
+from dynsource.table import directories
 from tests.helpers import read, read_by_spark, rows
 
 
@@ -33,23 +35,23 @@ def write_sales(root) -> str:
 
 def test_auto_picks_spark_for_a_local_parquet_table_and_python_elsewhere(spark, tmp_path):
     root = write_sales(tmp_path / "sales")
-    assert sparkreader.choose(spark, ScanOptions.parse({"path": root}))[0] == "spark"
-    assert sparkreader.choose(spark, ScanOptions.parse({"path": "file://" + root}))[0] == "spark"
-    assert sparkreader.choose(spark, ScanOptions.parse({"path": root, "reader": "python"})) == (
+    assert filereader.choose(spark, ScanOptions.parse({"path": root}))[0] == "spark"
+    assert filereader.choose(spark, ScanOptions.parse({"path": "file://" + root}))[0] == "spark"
+    assert filereader.choose(spark, ScanOptions.parse({"path": root, "reader": "python"})) == (
         "python", "option 'reader' is 'python'")
     memory = fsspec.filesystem("memory")
     with memory.open("/sparkreader/k=1/part-0.parquet", "wb") as out:
         pq.write_table(pa.table({"v": [1]}), out)
-    reader, why = sparkreader.choose(spark, ScanOptions.parse({"path": "memory://sparkreader"}))
+    reader, why = filereader.choose(spark, ScanOptions.parse({"path": "memory://sparkreader"}))
     assert (reader, why) == ("python", "Spark's Hadoop filesystem cannot open 'memory:///sparkreader'")
     csv = ScanOptions.parse({"path": root, "format": "csv"})
-    assert sparkreader.choose(spark, csv)[0] == "python"
+    assert filereader.choose(spark, csv)[0] == "python"
 
 
 def test_a_forced_spark_reader_spark_cannot_use_is_an_error_naming_the_option(spark):
     with pytest.raises(ValueError, match=r"Option 'reader' = 'spark' cannot be used: Spark's Hadoop filesystem "
                                          r"cannot open 'memory:///nowhere'\. Use reader 'auto' or 'python'\."):
-        sparkreader.choose(spark, ScanOptions.parse({"path": "memory://nowhere", "reader": "spark"}))
+        filereader.choose(spark, ScanOptions.parse({"path": "memory://nowhere", "reader": "spark"}))
     with pytest.raises(ValueError, match=r"Option 'reader' = 'fast' is not valid; expected one of "
                                          r"\['auto', 'spark', 'python'\]"):
         ScanOptions.parse({"path": "/t", "reader": "fast"})
@@ -143,7 +145,7 @@ def test_the_dataframe_of_the_same_kept_files_is_reused_and_a_changed_file_is_re
     root = write_sales(tmp_path / "sales")
 
     def listed() -> list[tuple]:  # this table's DataFrames kept for reuse (the suite's other tables fill the rest)
-        return [key for key in sparkreader._LISTED[spark] if key[1] == "file://" + root]
+        return [key for key in filereader._LISTED[spark] if key[1] == "file://" + root]
 
     east = {"partitionFilter": "region = 'east'"}
     first, again = read_by_spark(spark, root, **east), read_by_spark(spark, root, **east)
@@ -210,19 +212,19 @@ def test_within_the_sessions_check_interval_a_table_is_read_as_found(spark, tmp_
     dynsource.register_table(spark, "reader_interval", path=root, definitions=definitions)
     query = "SELECT count(*) AS n FROM reader_interval"
     try:
-        spark.conf.set(scanplanner.CHECK_INTERVAL_CONF, "60000")
+        spark.conf.set(planner.CHECK_INTERVAL_CONF, "60000")
         assert dynsource.sql(spark, query).first().n == 6
         os.makedirs(f"{root}/day=2024-01-04/region=west")
         pq.write_table(pa.table({"amount": [7.5], "item": pa.array([4], pa.int32())}),
                        f"{root}/day=2024-01-04/region=west/part-0.parquet")
         assert dynsource.sql(spark, query).first().n == 6  # found alike within the interval: read as found
-        spark.conf.set(scanplanner.CHECK_INTERVAL_CONF, "0")
+        spark.conf.set(planner.CHECK_INTERVAL_CONF, "0")
         assert dynsource.sql(spark, query).first().n == 7  # checked at once: the new partition is read
-        spark.conf.set(scanplanner.CHECK_INTERVAL_CONF, "-1")
+        spark.conf.set(planner.CHECK_INTERVAL_CONF, "-1")
         with pytest.raises(ValueError, match=r"spark\.dynsource\.listingCheckIntervalMs must be a whole number"):
             dynsource.sql(spark, query)
     finally:
-        spark.conf.unset(scanplanner.CHECK_INTERVAL_CONF)
+        spark.conf.unset(planner.CHECK_INTERVAL_CONF)
         dynsource.drop_table(spark, "reader_interval", definitions=definitions)
 
 

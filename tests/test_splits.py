@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dynsource.enumerator import DataFile, Partition
-from dynsource.splits import pack
+from dynsource.scan.splits import pack
+from dynsource.table.directories import DataFile
+from dynsource.table.listing import Partition
 
 MB = 1024 * 1024
 

@@ -6,8 +6,8 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from dynsource import pins
-from dynsource.starjoin import TableInfo, detect
+from dynsource.dpp import snapshots
+from dynsource.dpp.starjoin import TableInfo, detect
 
 TABLES = {
     "default.store_sales": TableInfo({"ss_sold_date_sk": "bigint", "ss_store_sk": "int", "ss_item_sk": "bigint",
@@ -217,10 +217,10 @@ def test_each_scan_carries_the_where_conjuncts_on_it_alone_unless_an_outer_join_
 def test_a_dimensions_rows_carry_only_the_ctes_they_may_read():
     ctes = sqlglot.parse_one("WITH a AS (SELECT 1 x), b AS (SELECT * FROM a), heavy AS (SELECT 2 y) SELECT 1",
                              read="spark").args["with_"]
-    assert pins.with_ctes_sql(exp.select("*").from_("item"), ctes) == "SELECT * FROM item"
-    assert pins.with_ctes_sql(exp.select("*").from_("b"), ctes) == \
+    assert snapshots.with_ctes_sql(exp.select("*").from_("item"), ctes) == "SELECT * FROM item"
+    assert snapshots.with_ctes_sql(exp.select("*").from_("b"), ctes) == \
         "WITH a AS (SELECT 1 AS x), b AS (SELECT * FROM a) SELECT * FROM b"
-    assert pins.with_ctes_sql(sqlglot.parse_one("SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"), ctes) == \
+    assert snapshots.with_ctes_sql(sqlglot.parse_one("SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"), ctes) == \
         "WITH heavy AS (SELECT 2 AS y) SELECT * FROM t WHERE k IN (SELECT y FROM heavy)"
 
 
@@ -261,15 +261,15 @@ def test_a_dimension_filtered_by_a_subquery_is_told_apart_from_an_unfiltered_one
 def test_a_detection_is_given_again_only_for_the_same_text_resolved_to_the_same_tables():
     from pyspark.sql.types import StructType
 
-    from dynsource import autodpp
-    from dynsource.names import Relation
+    from dynsource.dpp import queryplan
+    from dynsource.dpp.nameresolution import Relation
 
     query = "SELECT d_moy FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000"
     resolved = ("default.store_sales", "default.date_dim")
 
     def detected(tables=TABLES, text=query, database="default", references=resolved):
         relations = [None if key is None else Relation(*key.split("."), StructType()) for key in references]
-        return autodpp._detect(text, tables, database, relations)
+        return queryplan._detect(text, tables, database, relations)
 
     first = detected()
     assert detected() is first and len(first.prunings) == 1

@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 import dynsource
-from dynsource import filterstore, handles, storage
-from dynsource.filtering import DynamicFilteringData
-from dynsource.filterstore import FilterStore
+from dynsource import storage
+from dynsource.filtering import DynamicFilteringData, filterstore, handles
+from dynsource.filtering.filterstore import FilterStore
 
 DATA = DynamicFilteringData([("k", "int")], [(1,), (2,)])
 

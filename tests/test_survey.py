@@ -8,10 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dynsource import benefit, directories
+from dynsource.dpp import benefit
 from dynsource.filtering import DynamicFilteringData
-from dynsource.kept import Kept
-from dynsource.options import ScanOptions
+from dynsource.lru import LruMap
+from dynsource.scan.options import ScanOptions
+from dynsource.table import directories
 
 TYPES = {"day": "int", "item": "int"}
 
@@ -25,7 +26,7 @@ def write(path, items) -> None:
 def settled(monkeypatch, tmp_path):
     """Two day partitions, listings kept at once and surveys kept afresh; changes come 50 ms after the writes."""
     monkeypatch.setattr(directories, "LISTINGS", directories.DirectoryListings(settle_ns=0))
-    monkeypatch.setattr(benefit, "_kept_surveys", Kept(benefit.KEPT_SURVEYS))
+    monkeypatch.setattr(benefit, "_kept_surveys", LruMap(benefit.KEPT_SURVEYS))
     for day in (1, 2):
         write(tmp_path / f"day={day}" / "part-0.parquet", list(range(40)))
     time.sleep(0.05)

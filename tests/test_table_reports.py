@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from dynsource import report
 from dynsource.filtering import DynamicFilteringData
-from dynsource.origin import Reader
+from dynsource.scan import report
+from dynsource.scan.origin import Reader
 from tests.helpers import read
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import dynsource
 from benchmarks import tpcds
-from dynsource import dimensions
+from dynsource.dpp import dimensions
 
 
 @pytest.fixture(scope="module")

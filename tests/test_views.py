@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import dynsource
-from dynsource import directories, views
-from dynsource.kept import Kept
+from dynsource.lru import LruMap
+from dynsource.spark import globalviews
+from dynsource.table import directories
 from tests.helpers import rows
 from tests.test_sparkreader import write_sales
 
@@ -56,7 +57,7 @@ def test_a_view_dropped_by_someone_else_is_made_again(spark, sales):
 def test_past_the_bound_the_least_recently_read_view_is_dropped(spark, sales, monkeypatch):
     before = lasting_views(spark)
     dynsource.sql(spark, QUERY.format(t="lasting_sales")).collect()
-    monkeypatch.setattr(views._SESSIONS[spark].views, "bound", 1)
+    monkeypatch.setattr(globalviews._SESSIONS[spark].views, "bound", 1)
     first = lasting_views(spark) - before
     other = "SELECT count(*) FROM lasting_sales WITH ('partitionFilter' = 'region IS NULL')"
     assert dynsource.sql(spark, other).collect()[0][0] == 1  # another scan: its view replaces the first
@@ -95,7 +96,7 @@ def test_a_texts_own_error_naming_a_lasting_view_is_raised_from_one_analysis(spa
 
 
 def test_kept_returns_what_it_drops_to_stay_within_its_bound():
-    kept = Kept(2)
+    kept = LruMap(2)
     assert kept.put("a", 1) == [] and kept.put("b", 2) == []
     assert kept.get("a") == 1  # now b is the least recently used
     assert kept.put("c", 3) == [2]

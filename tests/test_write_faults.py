@@ -21,7 +21,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from dynsource import abandoned, commits, writer
+from dynsource.spark import writer
+from dynsource.table import abandoned, commits
 from tests.faults import FaultProxy, Rule
 from tests.helpers import read, rows
 from tests.test_commits import At, counted, load

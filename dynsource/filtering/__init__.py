@@ -18,6 +18,11 @@ pruning too much loses rows, so every doubtful case keeps the candidate.
 
 The filter travels between processes as versioned, checksummed bytes (a JSON
 header and an Arrow IPC or bit-array body, never pickle), see :meth:`~DynamicFilteringData.to_bytes`.
+
+Beside the payload: the filter store that publishes it under a handle (``filterstore``), the handles API
+(``handles``) and the collector that makes it from a Spark DataFrame (``collector``, driver only).
+
+Imports: the root vocabulary only. Spark's Python workers load the payload and the store, never the collector.
 """
 
 from dynsource.filtering.bloomkeys import (

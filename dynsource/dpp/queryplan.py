@@ -1,0 +1,374 @@
+"""Automatic dynamic partition pruning for :func:`dynsource.sql`: detect, collect, wire, report.
+
+:mod:`dynsource.dpp.starjoin` finds the fact scans that dimension keys can prune.
+For each fact scan this module runs the dimension query through the collector,
+keeps the filter when Spark's benefit check passes (the keys keep at most
+``fallback_filter_ratio`` of the fact's top-level partitions), publishes it, and
+puts in the fact reference's place a DataFrame that reads the table through its
+own source with the filter's handle and only the columns the query uses.
+The rewritten query then runs in Spark as usual.
+
+Names are resolved as Spark resolves them (:mod:`dynsource.dpp.nameresolution`). The rows a
+dimension's keys are collected from are read once into a snapshot that the
+rewritten query reads in the dimension's place (:mod:`dynsource.dpp.snapshots`), so
+every action on the returned DataFrame joins the very dimension rows whose keys
+pruned the fact. A query's dimensions are collected concurrently, each once,
+within a time budget (:mod:`dynsource.dpp.dimensions`). The rewrite refers to DataFrames (the snapshots, the fact
+scans) by placeholder names that :class:`dynsource.dpp.placeholders.Frames` hands to
+``spark.sql``, which leaves no temporary view behind.
+
+A fact scan joined to several dimensions gets one filter whose parts are the
+filters worth applying (:mod:`dynsource.filtering.conjunction`: a row must match
+every part, their sizes add up); an exceeded filter, or one on a fact column
+another part already filters, is left out, those on the first partition column
+kept first, and the report says so.
+The query's own predicates on the fact's partition columns go to the same scan
+as its ``partitionFilter``, so they prune directories too.
+
+Not every filter is collected: one on partition columns of a local fact that
+Spark's file reader reads is left to Spark's own dynamic partition pruning, and
+one on data columns of a small such fact to the join (:mod:`dynsource.dpp.benefit`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import sqlglot
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+from sqlglot.errors import SqlglotError
+
+from dynsource.dpp import benefit, dimensions, nameresolution, snapshots, sqltree, starjoin
+from dynsource.dpp.placeholders import Frames
+from dynsource.dpp.queryreport import Assignment, QueryReport
+from dynsource.filtering import DynamicFilteringData, handles
+from dynsource.filtering.filterstore import FilterStore
+from dynsource.lru import LruMap
+from dynsource.scan.options import filter_options
+from dynsource.scan.origin import Reader
+from dynsource.scan.planner import plan_scan
+from dynsource.spark import catalog, filereader
+from dynsource.table.partitionfilter import PartitionFilter
+
+log = logging.getLogger(__name__)
+DETECTIONS_KEPT = 256
+_detections: LruMap[starjoin.Detection] = LruMap(DETECTIONS_KEPT)
+# By text: whether it is a query, and each table reference's name parts (see _shape).
+_shapes: LruMap[tuple[bool, tuple[tuple[str, ...], ...]]] = LruMap(DETECTIONS_KEPT)
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` decided for a query: each fact scan's assignment, and the notes on other joins."""
+
+    query: str
+    store: FilterStore
+    frames: Frames = field(default_factory=Frames)  # the DataFrames the query's text names by placeholders
+    assignments: list[Assignment] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
+    # Every scan of a dynsource table, with the reader options that prune it (dynamicFilter, partitionFilter) if any.
+    reads: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
+    pinned: list[snapshots.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
+    prepared: dict[starjoin.FactScan, str] = field(default_factory=dict)  # placeholders of reads made in plan()
+    is_query: bool = False  # the text is a query: spark.sql analyses it and runs nothing (not INSERT, CACHE, ...)
+
+    @property
+    def report(self) -> QueryReport:
+        return QueryReport(tuple(self.assignments), tuple(self.notes), self.store)
+
+    def run(self, spark: SparkSession) -> DataFrame:
+        """The rewritten query: each fact scan read with its filters, each pinned dimension from its snapshot.
+
+        A fact scan reads the table by the reader its option ``reader`` chooses (the alias the query's
+        columns use kept); text inside a replaced dimension source stays as written.
+        """
+        edits = [(pin.start, pin.end, pin.reference) for pin in self.pinned]
+        for scan, options in self.reads:
+            name = self.prepared.get(scan) or self.frames.add("fact", catalog.read_table(spark, scan.table, options,
+                                                                                         scan.columns))
+            edits.append((scan.start, scan.end, name + ("" if scan.written_alias else f" AS {scan.alias}")))
+        pieces, position = [], 0
+        for start, end, text in sorted(edits):
+            if start < position:
+                continue  # inside a dimension source already read from its snapshot
+            pieces += [self.query[position:start], text]
+            position = end
+        return self.frames.sql(spark, "".join([*pieces, self.query[position:]]))
+
+    def plan_scans(self, spark: SparkSession) -> None:
+        """Plan each scan here, as Spark would before running the query, so that the report has its figures."""
+        for scan, options in self.reads:
+            definition = catalog.load_definition(spark, scan.table)
+            schema = definition.schema
+            if scan.columns is not None:
+                schema = StructType([f for f in schema.fields if f.name in set(scan.columns)])
+            reader = Reader.of(catalog.SOURCE_PREFIX + definition.table, options)
+            plan_scan(definition.scan_options.with_options(options), schema, reader=reader)
+
+
+def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
+         fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
+         timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0, spark_prunes_local: bool = False,
+         prepare: bool = False) -> Plan:
+    """Detect the prunable fact scans of ``query``, and collect and publish their filters.
+
+    Runs the dimension queries (Spark jobs), not the query itself, spending at
+    most ``timeout_ms`` on them. ``frames`` are the DataFrames ``query`` names by placeholders.
+    A filter on data columns only of a fact Spark's reader reads is collected when the fact is estimated at
+    ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`); with ``spark_prunes_local``, a filter on
+    partition columns only of a local fact Spark's reader reads is left to Spark (:func:`benefit.left_to_spark`).
+    With ``prepare``, the scans no dimension prunes are read for :meth:`Plan.run` while the dimensions are
+    collected.
+    """
+    result = Plan(query, store or FilterStore.of(None), frames or Frames())
+    resolver = nameresolution.Resolver(spark, result.frames.frames)
+    try:
+        result.is_query, references = _shape(query)
+    except SqlglotError as error:
+        result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
+        return result
+    relations = [resolver.resolve(parts) for parts in references]
+    tables, definitions = _table_infos(relations)
+    detection = _detect(query, tables, resolver.current_database, relations)
+    result.notes += [
+        r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals]
+    by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
+    for pruning in detection.prunings:
+        by_scan[pruning.fact].append(pruning)
+    reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
+    facts = _Facts(spark, tables, definitions)
+    with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
+        collected = set()
+        for pruning in detection.prunings:
+            why = _not_collected(facts, pruning, min_scan_bytes, spark_prunes_local)
+            if why is None:
+                types = tables[pruning.fact.table].columns
+                collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
+                collected.add(pruning.fact)
+            else:
+                collections.decline(pruning, why)
+        statics = {scan: _static_filter(scan, facts) for scan in by_scan}
+        if prepare:
+            _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, definitions,
+                                 result)
+        _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
+    if not detection.prunings and not result.notes:
+        result.notes.append("no join of a dynsource table with a filtered dimension was found")
+    return result
+
+
+def _prepare_uncollected(spark: SparkSession, scans: Sequence[starjoin.FactScan],
+                         statics: Mapping[starjoin.FactScan, str | None],
+                         definitions: Mapping[str, catalog.TableDefinition], result: Plan) -> None:
+    """Read each of ``scans``, which no collected filter prunes, with its ``statics`` partitionFilter and its table's
+    definition as resolved, into ``result.prepared`` (its listing overlaps the collections). Scans of one table with
+    the same partitionFilter and columns share one read (TPC-DS q9 scans store_sales fifteen times): Spark reads
+    each where it stands."""
+    placeholders: dict[tuple, str] = {}
+    for scan in scans:
+        static = statics[scan]
+        read = (scan.table, static, scan.columns)
+        if read not in placeholders:
+            try:
+                df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
+                                        scan.columns, definitions[scan.table])
+            except Exception:  # Plan.run reads it again and raises the error there, as without prepare
+                continue
+            placeholders[read] = result.frames.add("fact", df)
+        result.prepared[scan] = placeholders[read]
+
+
+def _static_filter(scan: starjoin.FactScan, facts: _Facts) -> str | None:
+    """The scan's ``partitionFilter`` from the query's own predicates, None without any."""
+    if not scan.predicates:
+        return None
+    definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
+    return _partition_filter(scan, definition, columns, facts.survey(scan.table).columns)
+
+
+def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]],
+                statics: Mapping[starjoin.FactScan, str | None], facts: _Facts, collections: dimensions.Dimensions,
+                result: Plan, ratio: float) -> None:
+    """Each scan's read options (its filters worth applying, its ``statics`` partitionFilter) and report, into
+    ``result``."""
+    for scan, prunings in by_scan.items():
+        shape = facts.survey(scan.table) if prunings else None
+        static = statics[scan]
+        assignment, notes = Assignment(_scan_name(scan)), []
+        if prunings:
+            assignment, notes = _assign(scan, prunings, shape, collections, result, ratio)
+        options = {} if static is None else {"partitionFilter": static}
+        if assignment.handle is not None:
+            options |= filter_options(assignment.handle, result.store)
+        result.reads.append((scan, options))
+        if options:
+            assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
+        if prunings or static is not None:
+            result.assignments.append(assignment)
+        result.notes += notes
+
+
+@dataclass
+class _Facts:
+    """What one plan learns of each dynsource table once, however many of its scans and prunings ask."""
+
+    spark: SparkSession
+    tables: Mapping[str, starjoin.TableInfo]
+    definitions: Mapping[str, catalog.TableDefinition]
+    _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
+    _readers: dict[str, str | None] = field(default_factory=dict)
+
+    def survey(self, table: str) -> benefit.Survey:
+        """``table``'s deep survey (its partition columns, the first data file a data-column filter is judged on)."""
+        if table not in self._surveys:
+            self._surveys[table] = benefit.survey(self.definitions[table].scan_options, self.tables[table].columns)
+        return self._surveys[table]
+
+    def reader(self, table: str) -> str | None:
+        """Which reader reads ``table`` (a Hadoop probe); None for a reader option its read reports as an error."""
+        if table not in self._readers:
+            try:
+                self._readers[table] = filereader.choose(self.spark, self.definitions[table].scan_options)[0]
+            except ValueError:
+                self._readers[table] = None
+        return self._readers[table]
+
+
+def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int, spark_prunes_local: bool) -> str | None:
+    """Why ``pruning``'s keys are not collected (:func:`benefit.left_to_spark`, :func:`benefit.not_worth_collecting`);
+    None when they are."""
+    if facts.reader(pruning.fact.table) != "spark":
+        return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
+    survey = facts.survey(pruning.fact.table)
+    # Spark's dynamic partition pruning takes an equality (not <=>) with a dimension holding a selective predicate.
+    spark_prunes = (spark_prunes_local and (pruning.selective or pruning.filtered_by_subquery)
+                    and not pruning.null_safe)
+    return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
+            or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
+
+
+def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,
+                      column_types: Mapping[str, str], partition_columns: Sequence[str]) -> str | None:
+    """The query's own predicates on the scan's partition columns, as a ``partitionFilter`` (the stored one kept)."""
+    options = definition.scan_options
+    partition_columns = {column.lower() for column in partition_columns}
+    kept = []
+    for text in scan.predicates:
+        try:
+            predicate = PartitionFilter.parse(text)
+            predicate.check_types(column_types)
+        except ValueError:
+            continue  # not one partitionFilter evaluates exactly: Spark applies it to the rows read
+        if predicate.columns() <= partition_columns:
+            kept.append(text)
+    if not kept:
+        return None
+    stored = [options.partition_filter.text] if options.partition_filter is not None else []
+    return " AND ".join(f"({text})" for text in [*stored, *kept])
+
+
+def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: benefit.Survey,
+            collections: dimensions.Dimensions, result: Plan, ratio: float) -> tuple[Assignment, list[str]]:
+    """The filter of ``scan``: its prunings worth applying (judged on ``survey``), combined, and notes.
+
+    The dimension sources of the applied prunings join ``result.pinned``.
+    """
+    done: dict[str, dimensions.Collected] = {}
+
+    def collect(pruning: starjoin.Pruning) -> tuple[DynamicFilteringData | None, str | None]:
+        collected = done[str(pruning)] = collections.collected(pruning)
+        return collected.data, collected.reason
+
+    candidates = [benefit.Candidate(str(p), p.fact_columns, functools.partial(collect, p)) for p in prunings]
+    choice = benefit.worth_applying(candidates, survey, ratio)
+    # A declined dimension is read from its snapshot too when its rows read a dynsource table: evaluated again in
+    # the query, they would scan that table twice (TPC-DS q14's cross_items intersects three facts: ~10 s).
+    result.pinned += [item.pin for label, item in done.items()
+                      if item.pin is not None and (label in choice.applied or item.reads_tables)]
+    notes = [f"{label}: {reason}" for label, reason in choice.declined]
+    if choice.data is None:
+        return Assignment(_scan_name(scan), reason="; ".join(notes)), []
+    # The candidates were collected side by side: the filter was ready when the slowest of them was.
+    collection_ms = round(max(item.seconds for item in done.values()) * 1000, 1)
+    handle = handles.publish(choice.data, result.store)
+    return (Assignment(_scan_name(scan), " AND ".join(choice.applied), handle, choice.kind, len(choice.data),
+                       collection_ms), notes + choice.left_out)
+
+
+def _read_as_planned(spark: SparkSession, resolver: nameresolution.Resolver, frames: Frames,
+                     placeholders: dict[str, str], text: str) -> str:
+    """``text`` (a dimension's rows) with each dynsource table it reads named by a placeholder of that table read by
+    :func:`catalog.read_table`, as the query's own references are: Spark's reader where it can open the files, and
+    Spark then prunes its columns (a dimension such as TPC-DS q14's ``cross_items`` reads three facts). A table is
+    planned once per query: ``placeholders`` holds its placeholder for every dimension text naming it."""
+    try:
+        parsed = sqlglot.parse_one(text, read="spark")
+    except SqlglotError:
+        return text  # read as written: by the tables' own source
+    replaced = False
+    for table in nameresolution.references(parsed):
+        relation = resolver.resolve(tuple(part.name for part in table.parts))
+        if relation is not None and relation.definition is not None:
+            if relation.key not in placeholders:
+                placeholders[relation.key] = frames.add("fact", catalog.read_table(spark, relation.key))
+            table.replace(sqlglot.exp.alias_(sqlglot.exp.to_table(placeholders[relation.key]), table.alias_or_name,
+                                             table=True))
+            replaced = True
+    return parsed.sql("spark") if replaced else text
+
+
+def _detect(query: str, tables: Mapping[str, starjoin.TableInfo], database: str,
+            relations: Sequence[nameresolution.Relation | None]) -> starjoin.Detection:
+    """:func:`starjoin.detect`, given again for a text detected before with each table reference resolved to the
+    same ``relations`` (None: another catalog, or a name Spark will report as missing), of the same columns and
+    types, in the same current ``database``: a warm session runs the same texts again, and detection depends on
+    nothing else (3-15 ms of a TPC-DS query's, sqlglot's qualification)."""
+    resolved = tuple(relation.key if relation is not None else None for relation in relations)
+    key = (query, database, resolved,
+           tuple((name, tuple(info.columns.items()), info.dynsource) for name, info in tables.items()))
+    detection = _detections.get(key)
+    if detection is None:
+        parsed = sqlglot.parse_one(query, read="spark")
+        for table, relation in zip(nameresolution.references(parsed), relations, strict=True):
+            if relation is not None:  # named as the analysis names it
+                sqltree.resolve_as(table, relation.database)
+        detection = starjoin.detect(query, tables, database, parsed)
+        _detections.put(key, detection)
+    return detection
+
+
+def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
+    """Whether ``query`` is a query (not INSERT, CACHE, ...), and the name parts of each of its table references in
+    turn; parsed once per text (1-10 ms of sqlglot's for a TPC-DS query, its parse and scopes)."""
+    shape = _shapes.get(query)
+    if shape is None:
+        parsed = sqlglot.parse_one(query, read="spark")
+        shape = (sqltree.is_query(parsed),
+                 tuple(tuple(part.name for part in table.parts) for table in nameresolution.references(parsed)))
+        _shapes.put(query, shape)
+    return shape
+
+
+def _table_infos(relations: Sequence[nameresolution.Relation | None]) -> tuple[
+        dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition]]:
+    """What the table references resolve to (``relations``, as Spark resolves them; None: another catalog, or a
+    name Spark will report as missing), by the qualified lower-case name the analysis gives them; and the
+    definitions of the dynsource tables."""
+    infos, definitions = {}, {}
+    for relation in relations:
+        if relation is None:
+            continue
+        if relation.definition is not None:
+            definitions[relation.key] = relation.definition
+        infos[relation.key] = starjoin.TableInfo({f.name: f.dataType.simpleString() for f in relation.schema.fields},
+                                                 relation.definition is not None)
+    return infos, definitions
+
+
+def _scan_name(scan: starjoin.FactScan) -> str:
+    return f"{scan.table} AS {scan.alias}"

@@ -1,0 +1,400 @@
+"""Star-join detection: which fact scans of a Spark SQL query a dimension's join keys can prune.
+
+This is the planner half of FLIP-248 (Flink's ``DynamicPartitionPruningRule``,
+Spark's ``PartitionPruning``): it finds, in a query parsed and qualified by
+sqlglot's Spark dialect, each equi-join between a column of a dynsource table
+(the *fact*) and a *dimension* side, and says which dimension query gives the
+keys the fact scan may keep, and whether that side holds a selective predicate
+(else the caller prunes with it only if it is a small relation). It runs nothing;
+the caller collects the keys and rewires the scan.
+
+A pairing is sound when every row of the query's result joins a fact row whose
+key is among the dimension query's keys; then dropping the other fact rows
+changes nothing. That holds for:
+
+* an equality (``=``, or ``<=>`` when neither side can be null-extended) that is
+  a top-level conjunct of ``WHERE``, or of the ``ON`` of an inner or left semi
+  join, or of the ``ON`` of an outer join whose fact side is the null-supplying
+  one (``dim LEFT JOIN fact``, ``fact RIGHT JOIN dim``);
+* ``fact.k IN (SELECT ...)`` and ``(fact.a, fact.b) IN (SELECT ...)`` as a
+  top-level conjunct of ``WHERE``.
+
+The dimension query is the dimension source (a table, a subquery or a CTE, with
+the statement's CTEs) filtered by every conjunct that names only that source,
+projected to its key expressions. The fact key must be a plain column, or a
+cast of an integral column to a wider integral type; the dimension key may be
+any expression of the dimension's columns. Refused, with a reason: full outer
+and anti joins, a fact side an outer join preserves, and anything else.
+``IS NOT NULL`` alone is not a selective predicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, traverse_scope
+from sqlglot.tokens import Token
+
+from dynsource.dpp import snapshots, sqltree
+
+_INTEGRAL_WIDTH = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What detection knows of a table: its columns and Spark SQL types, and whether dynsource reads it."""
+
+    columns: Mapping[str, str]
+    dynsource: bool = False
+
+
+@dataclass(frozen=True)
+class FactScan:
+    """One reference to a dynsource table in the query text: its name, alias and the span of the name."""
+
+    table: str
+    alias: str
+    start: int
+    end: int  # exclusive
+    written_alias: bool  # whether the text gives the alias (else it is the table's name)
+    columns: tuple[str, ...] | None = None  # the table's columns the query uses; None: all of them
+    predicates: tuple[str, ...] = ()  # WHERE conjuncts naming only this table, unqualified (it is not null-extended)
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """A detected pairing: the fact scan may keep only the rows whose ``fact_columns`` are a row of ``dimension_sql``.
+
+    ``dimension_sql`` returns one column per fact column, in order, named ``k0``, ``k1``...
+    """
+
+    fact: FactScan
+    fact_columns: tuple[str, ...]
+    dimension: str
+    dimension_keys: tuple[str, ...]
+    dimension_sql: str
+    null_safe: bool
+    selective: bool = True  # the dimension side holds a selective predicate; else it pays only if it is small
+    # The dimension is also filtered by a subquery, left out of ``dimension_sql`` (Spark's dynamic partition
+    # pruning counts it as selective: TPC-DS q6's ``d.d_month_seq = (SELECT ...)``).
+    filtered_by_subquery: bool = False
+    pin: snapshots.Pin | None = field(default=None, compare=False)  # how the query reads the keys' rows from a snapshot
+
+    def __str__(self) -> str:
+        fact = ", ".join(f"{self.fact.alias}.{column}" for column in self.fact_columns)
+        return f"{self.fact.table} ({fact}) <- {self.dimension} ({', '.join(self.dimension_keys)})"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A join of a fact scan that is not pruned, and why."""
+
+    fact: FactScan | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What :func:`detect` found: the pairings to apply, the refusals to report, and every dynsource table scan."""
+
+    prunings: tuple[Pruning, ...]
+    refusals: tuple[Refusal, ...]
+    scans: tuple[FactScan, ...] = ()
+
+
+def detect(query: str, tables: Mapping[str, TableInfo], database: str = "default",
+           parsed: exp.Expression | None = None) -> Detection:
+    """Find the fact scans of ``query`` that dimension keys can prune.
+
+    Parameters
+    ----------
+    query : str
+        One Spark SQL ``SELECT`` statement.
+    tables : mapping of str to TableInfo
+        Every table the query names, by lower-case qualified name (``db.t``).
+    database : str, default "default"
+        The database of the names the query does not qualify.
+    parsed : sqlglot expression, optional
+        ``query`` parsed, its table names already resolved (:mod:`dynsource.dpp.nameresolution`).
+
+    Returns
+    -------
+    Detection
+        Never raises for a query it cannot handle: it refuses, saying why.
+    """
+    try:
+        tokens = sqltree.tokens(query)
+        parsed = parsed or sqlglot.parse_one(query, read="spark")
+        aliased = {sqltree.start(table) for table in parsed.find_all(exp.Table) if table.alias}
+        schema: dict[str, dict[str, dict[str, str]]] = {}
+        for name, info in tables.items():
+            db, _, table = name.rpartition(".")
+            schema.setdefault(db or database, {})[table] = dict(info.columns)
+        qualified = qualify(parsed, schema=schema, db=database, dialect="spark", quote_identifiers=False)
+    except SqlglotError as error:
+        return Detection((), (Refusal(None, f"the query could not be analysed: {sqltree.error_text(error)}"),))
+    if not isinstance(qualified, exp.Query):
+        return Detection((), (Refusal(None, "only queries are analysed"),))
+    # qualify() has expanded each * whose sources' schemas it knows into their columns.
+    star = any(not isinstance(star.parent, exp.Count) for star in qualified.find_all(exp.Star))
+    statement = _Statement(tables, qualified.args.get("with_"), aliased, qualified, star, tokens)
+    prunings: list[Pruning] = []
+    refusals: list[Refusal] = []
+    scans: list[FactScan] = []
+    for scope in traverse_scope(qualified):
+        if isinstance(scope.expression, exp.Select):
+            scans += _Select(scope, statement, prunings, refusals).detect()
+    return Detection(tuple(_distinct(prunings)), tuple(refusals), tuple(scans))
+
+
+class _Statement(NamedTuple):
+    """What every SELECT of the statement shares."""
+
+    tables: Mapping[str, TableInfo]
+    ctes: exp.With | None
+    aliased: set[int]  # text positions of the table names written with an alias
+    root: exp.Expression  # the qualified statement
+    star: bool  # a * qualify() could not expand into columns is left (count(*) aside), as in struct(*)
+    tokens: Sequence[Token]  # of the text, for the spans of parenthesised sources
+
+
+class _Equality(NamedTuple):
+    """``fact.column = key`` (or ``<=>``), ``key`` an expression of the dimension's columns, placed in ``on``."""
+
+    fact: str
+    column: str
+    dimension: str
+    key: exp.Expression
+    on: exp.Join | None
+    null_safe: bool
+
+
+class _Select:
+    """Detection in one SELECT: its sources, join sides and conjuncts."""
+
+    def __init__(self, scope: Scope, statement: _Statement, prunings: list[Pruning], refusals: list[Refusal]) -> None:
+        self.scope = scope
+        self.statement = statement
+        self.select: exp.Select = scope.expression
+        self.tables = statement.tables
+        self.prunings = prunings
+        self.refusals = refusals
+        self.where = sqltree.conjuncts(self.select.args.get("where"))
+        self.joins: list[exp.Join] = self.select.args.get("joins") or []
+        first = self.select.args.get("from_")
+        # Every source joined here, semi-joined ones too (Scope.selected_sources leaves those out).
+        self.nodes = {node.alias_or_name: node for node in [*([first.this] if first else []),
+                                                           *(join.this for join in self.joins)]}
+        self.null_supplied = self._null_supplied()
+
+    def detect(self) -> list[FactScan]:
+        """Record the prunings and refusals of this SELECT; its dynsource table scans."""
+        facts = {alias: self._fact(alias) for alias in self.nodes}
+        facts = {alias: fact for alias, fact in facts.items() if fact is not None}
+        if not facts:
+            return []
+        placed = [(None, c) for c in self.where]
+        placed += [(j, c) for j in self.joins for c in sqltree.conjuncts(j.args.get("on"))]
+        pairs: dict[tuple[str, str], list[_Equality]] = {}
+        for on, conjunct in placed:
+            if on is None:
+                self._in_subquery(conjunct, facts)
+                self._exists(conjunct, facts)
+            for equality in self._equalities(conjunct, facts, on):
+                pairs.setdefault((equality.fact, equality.dimension), []).append(equality)
+        for (fact, dimension), equalities in pairs.items():
+            self._pair(facts[fact], dimension, equalities)
+        return list(facts.values())
+
+    def _fact(self, alias: str) -> FactScan | None:
+        node, source = self.nodes[alias], self.scope.sources.get(alias)
+        if not isinstance(source, exp.Table):
+            return None  # a subquery or a CTE
+        info = self.tables.get(sqltree.table_name(node))
+        if info is None or not info.dynsource:
+            return None
+        start = sqltree.start(node)
+        columns = None if self.statement.star else self._used_columns(alias, info)
+        return FactScan(sqltree.table_name(node), alias, start, node.this.meta["end"] + 1,
+                        start in self.statement.aliased, columns, self._predicates(alias))
+
+    def _predicates(self, alias: str) -> tuple[str, ...]:
+        """The WHERE conjuncts on ``alias`` alone, unqualified; none when an outer join may null-extend it."""
+        if alias in self.null_supplied:
+            return ()
+        found = []
+        for conjunct in self.where:
+            if sqltree.only_source(conjunct) == alias:
+                unqualified = conjunct.copy()
+                for column in unqualified.find_all(exp.Column):
+                    column.set("table", None)
+                found.append(unqualified.sql("spark"))
+        return tuple(found)
+
+    def _used_columns(self, alias: str, info: TableInfo) -> tuple[str, ...] | None:
+        """The table's columns named with ``alias`` anywhere, a * expanded (a superset when the alias is reused
+        elsewhere); None when that is all of them."""
+        named = {column.name.lower() for column in self.statement.root.find_all(exp.Column) if column.table == alias}
+        used = tuple(column for column in info.columns if column.lower() in named)
+        return None if len(used) == len(info.columns) else used
+
+    def _equalities(self, conjunct: exp.Expression, facts: dict[str, FactScan], on: exp.Join | None) -> list[_Equality]:
+        """The sound fact-dimension equalities of one conjunct; the unsound ones are refused."""
+        if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+            return []
+        null_safe = isinstance(conjunct, exp.NullSafeEQ)
+        found = []
+        for fact_side, dim_side in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
+            dimension, fact_alias = sqltree.only_source(dim_side), sqltree.only_source(fact_side)
+            if fact_alias not in facts or dimension is None or dimension == fact_alias or dimension not in self.nodes:
+                continue
+            column = self._fact_column(fact_side, facts)
+            reason = self._unsound(fact_alias, dimension, on, null_safe)
+            if column is None:
+                reason = f"the fact key {fact_side.sql('spark')} is not a column or a widening cast of one"
+            if reason is not None:
+                self.refusals.append(Refusal(facts[fact_alias], f"{conjunct.sql('spark')}: {reason}"))
+                continue
+            found.append(_Equality(fact_alias, column[1], dimension, dim_side, on, null_safe))
+        return found
+
+    def _in_subquery(self, conjunct: exp.Expression, facts: dict[str, FactScan]) -> None:
+        query = conjunct.args.get("query") if isinstance(conjunct, exp.In) else None
+        if query is None:
+            return
+        probes = conjunct.this.expressions if isinstance(conjunct.this, exp.Tuple) else [conjunct.this]
+        columns = [self._fact_column(probe, facts) for probe in probes]
+        if any(column is None for column in columns) or len({alias for alias, _ in columns}) != 1:
+            return
+        subquery = query.this if isinstance(query, exp.Subquery) else query
+        outputs = subquery.selects if isinstance(subquery, exp.Query) else []
+        if len(outputs) != len(columns) or sqltree.correlated(subquery, self.scope):
+            self.refusals.append(Refusal(facts[columns[0][0]], f"{conjunct.sql('spark')}: a correlated or "
+                                         "mismatched IN subquery is not pruned"))
+            return
+        keys = exp.select(*[exp.alias_(exp.column(output.alias_or_name, table="_d"), f"k{i}")
+                            for i, output in enumerate(outputs)])
+        keyed = keys.from_(exp.Subquery(this=subquery.copy(), alias=exp.TableAlias(this=exp.to_identifier("_d"))))
+        pin = snapshots.subquery_pin(subquery, keyed, self.statement.ctes, self.statement.tokens)
+        self.prunings.append(Pruning(facts[columns[0][0]], tuple(column for _, column in columns), "(subquery)",
+                                     tuple(output.unalias().sql("spark") for output in outputs), self._with_ctes(keyed),
+                                     null_safe=False, selective=sqltree.selective(subquery), pin=pin))
+
+    def _exists(self, conjunct: exp.Expression, facts: dict[str, FactScan]) -> None:
+        """``EXISTS (SELECT ... FROM dim WHERE dim.k = fact.k AND <dimension predicates>)``: a semi join."""
+        subquery = conjunct.this if isinstance(conjunct, exp.Exists) else None
+        if not isinstance(subquery, exp.Select) or subquery.args.get("joins"):
+            return
+        inner = subquery.args["from_"].this.alias_or_name if subquery.args.get("from_") else None
+        correlated, local = [], []
+        for predicate in sqltree.conjuncts(subquery.args.get("where")):
+            outer = {column.table for column in predicate.find_all(exp.Column) if column.table != inner}
+            (correlated if outer else local).append(predicate)
+        equalities = [sqltree.correlation(p, inner, facts) for p in correlated]
+        refused = (not equalities or None in equalities or len({alias for alias, _, _ in equalities}) != 1
+                   or any(subquery.args.get(part) for part in ("group", "having", "limit")))
+        if refused:
+            if any(column.table in facts for column in subquery.find_all(exp.Column)):
+                self.refusals.append(Refusal(None, f"{conjunct.sql('spark')}: only EXISTS correlated by "
+                                                   "equalities with one fact's columns is pruned"))
+            return
+        keyed = subquery.copy()
+        keyed.set("expressions", [exp.alias_(key.copy(), f"k{i}") for i, (_, _, key) in enumerate(equalities)])
+        keyed.set("where", exp.Where(this=exp.and_(*[p.copy() for p in local])) if local else None)
+        pin = snapshots.source_pin(subquery.args["from_"].this, local, keyed, self.statement.ctes,
+                                   self.statement.tokens)
+        self.prunings.append(Pruning(facts[equalities[0][0]], tuple(column for _, column, _ in equalities), "(exists)",
+                                     tuple(key.sql("spark") for _, _, key in equalities), self._with_ctes(keyed),
+                                     null_safe=False, selective=any(sqltree.selective_predicate(p) for p in local),
+                                     pin=pin))
+
+    def _fact_column(self, node: exp.Expression, facts: dict[str, FactScan]) -> tuple[str, str] | None:
+        """(fact alias, column) when ``node`` is a fact column or an injective cast of one."""
+        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Column) and node.this.table in facts:
+            source_type = self.tables[facts[node.this.table].table].columns.get(node.this.name, "")
+            target = node.to.sql("spark").lower()
+            if _INTEGRAL_WIDTH.get(source_type.lower(), 9) > _INTEGRAL_WIDTH.get(target, 0):
+                return None
+            node = node.this
+        if isinstance(node, exp.Column) and node.table in facts:
+            return node.table, node.name
+        return None
+
+    def _unsound(self, fact: str, dimension: str, on: exp.Join | None, null_safe: bool) -> str | None:
+        """Why pruning ``fact`` by ``dimension`` through this conjunct could change the result, or None."""
+        if null_safe and (fact in self.null_supplied or dimension in self.null_supplied):
+            return "<=> with a side an outer join null-extends is not pruned"
+        if on is None:
+            return None  # a WHERE conjunct holds for every result row
+        joined = on.this.alias_or_name
+        side, kind = (on.side or "").upper(), (on.kind or "").upper()
+        if kind == "ANTI" or side == "FULL":
+            return f"a {side or kind} {kind if side else ''} join keeps fact rows without a match".replace("  ", " ")
+        fact_is_right = fact == joined
+        if side == "LEFT" and kind != "SEMI" and not fact_is_right:
+            return "the fact side is preserved by the LEFT JOIN"
+        if side == "RIGHT" and fact_is_right:
+            return "the fact side is preserved by the RIGHT JOIN"
+        return None
+
+    def _pair(self, fact: FactScan, dimension: str, equalities: list[_Equality]) -> None:
+        """Record the pruning of ``fact`` by ``dimension`` through all their equalities."""
+        node, source = self.nodes[dimension], self.scope.sources.get(dimension)
+        places = [*self.where, *(c for join in {id(e.on): e.on for e in equalities if e.on}.values()
+                                 for c in sqltree.conjuncts(join.args.get("on")))]
+        predicates = [c for c in places if sqltree.only_source(c) == dimension]
+        selective = any(sqltree.selective_predicate(p) for p in predicates)
+        if isinstance(source, Scope):  # a subquery, or a CTE (named by a Table node)
+            selective = selective or sqltree.selective(source.expression)
+        info = self.tables.get(sqltree.table_name(node)) if isinstance(source, exp.Table) else None
+        if not selective and info is not None and info.dynsource:
+            # Counting whether it is small would read another fact (TPC-DS q17's store_returns beside store_sales).
+            self.refusals.append(Refusal(fact, f"{sqltree.shown_name(node)}: a dynsource table without a selective "
+                                               "predicate is another fact, not a small dimension"))
+            return
+        keys = [e.key for e in equalities]
+        keyed = exp.select(*[exp.alias_(key.copy(), f"k{i}") for i, key in enumerate(keys)]).from_(node.copy())
+        if predicates:
+            keyed = keyed.where(exp.and_(*[p.copy() for p in predicates]))
+        # The snapshot keeps the WHERE's filter only: an ON condition filters for its own join alone.
+        pinned = [] if dimension in self.null_supplied else [c for c in self.where if c in predicates]
+        pin = snapshots.source_pin(node, pinned, keyed, self.statement.ctes, self.statement.tokens)
+        name = sqltree.shown_name(node) if isinstance(source, exp.Table) else dimension
+        self.prunings.append(Pruning(fact, tuple(e.column for e in equalities), name,
+                                     tuple(key.sql("spark") for key in keys), self._with_ctes(keyed),
+                                     null_safe=any(e.null_safe for e in equalities), selective=selective, pin=pin,
+                                     filtered_by_subquery=any(sqltree.filters_by_subquery(c, dimension, self.scope)
+                                                              for c in places)))
+
+    def _with_ctes(self, query: exp.Select) -> str:
+        return snapshots.with_ctes_sql(query, self.statement.ctes)
+
+    def _null_supplied(self) -> set[str]:
+        """Aliases whose rows an outer join of this SELECT may null-extend."""
+        supplied: set[str] = set()
+        seen = list(self.nodes)[:1] if self.select.args.get("from_") else []
+        for join in self.joins:
+            joined = join.this.alias_or_name
+            side = (join.side or "").upper()
+            if side in ("LEFT", "FULL") and (join.kind or "").upper() not in ("SEMI", "ANTI"):
+                supplied.add(joined)
+            if side in ("RIGHT", "FULL"):
+                supplied.update(seen)
+            seen.append(joined)
+        return supplied
+
+
+def _distinct(prunings: list[Pruning]) -> list[Pruning]:
+    seen, kept = set(), []
+    for pruning in prunings:
+        key = (pruning.fact, pruning.fact_columns, pruning.dimension_sql)
+        if key not in seen:
+            seen.add(key)
+            kept.append(pruning)
+    return kept

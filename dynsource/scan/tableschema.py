@@ -1,0 +1,241 @@
+"""A table's schema, as ``spark.read.parquet`` works it out: the data columns of its files, then the partition
+columns of its directories; the union of every file's (option ``mergeSchema``); and the checks of a declared one.
+
+:func:`table_schema` runs when a DataFrame is loaded (in a Spark Python worker on the driver's host) and when a
+table is registered (in the driver); planning a scan is :mod:`dynsource.scan.planner`.
+
+Merging follows Spark's ``mergeSchema``: each file's schema is typed as Spark types it first (so
+``timestamp[ms]`` and ``timestamp[us]`` are one type), then pyarrow's ``unify_schemas`` makes the union; columns
+of the same name with two types are an error, as Spark's ``CANNOT_MERGE_SCHEMAS``. A declared schema
+(``register_table(..., schema=...)``) is checked against what the walk found in the files, naming the first
+column that does not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pyspark.sql import SparkSession
+from pyspark.sql.types import DataType, NullType, StructField, StructType
+
+from dynsource import partitions, storage
+from dynsource.scan import files
+from dynsource.scan.options import ScanOptions
+from dynsource.table.enumerator import PartitionEnumerator
+from dynsource.table.levels import Level
+from dynsource.table.listing import Listing
+from dynsource.types import arrow_type, normalize_type, read_arrow_schema, spark_schema
+
+_FOOTER_THREADS = 16  # footers of an object store are one request each: read them side by side
+
+
+def merged_schema(paths: Sequence[str], fs: pafs.FileSystem, format_name: str) -> StructType:
+    """The union of the schemas of data files ``paths``, their columns in first-seen order.
+
+    Raises
+    ------
+    ValueError
+        Two files store a column with different types; the message names the column and both files.
+    """
+    merged, origins = None, {}
+    for struct, path in _distinct_schemas(paths, fs, format_name).items():
+        arrow = read_arrow_schema(struct)
+        try:
+            merged = arrow if merged is None else pa.unify_schemas([merged, arrow])
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+            raise _conflict(spark_schema(merged), struct, origins, path, error) from None
+        for field in struct.fields:
+            if not isinstance(field.dataType, NullType):  # a null column takes any type: it is no origin
+                origins.setdefault(field.name, path)
+    return spark_schema(merged)
+
+
+def _distinct_schemas(paths: Sequence[str], fs: pafs.FileSystem, format_name: str) -> dict[StructType, str]:
+    """Each different schema of the files, in Spark's types, with the first file (in ``paths`` order) that has it."""
+    with ThreadPoolExecutor(_FOOTER_THREADS) as pool:
+        structs = list(pool.map(lambda path: spark_schema(files.file_schema(path, fs, format_name)), paths))
+    distinct: dict[StructType, str] = {}
+    for struct, path in zip(structs, paths, strict=True):
+        distinct.setdefault(struct, path)
+    return distinct
+
+
+def _conflict(
+    merged: StructType, struct: StructType, origins: dict[str, str], path: str, error: Exception
+) -> ValueError:
+    before = {field.name: field.dataType for field in merged.fields}
+    for field in struct.fields:
+        earlier = before.get(field.name)
+        if _clash(earlier, field.dataType):
+            return ValueError(
+                f"Option 'mergeSchema': column '{field.name}' is {earlier.simpleString()} in data file "
+                f"'{origins[field.name]}' and {field.dataType.simpleString()} in data file '{path}'; Spark cannot "
+                "merge them either (CANNOT_MERGE_SCHEMAS). Rewrite the files with one type, or declare the schema."
+            )
+    return ValueError(f"Option 'mergeSchema': the schema of data file '{path}' cannot be merged with those of the "
+                      f"files before it: {error}")
+
+
+def _clash(earlier: DataType | None, later: DataType) -> bool:
+    """Whether a column's types in two files differ; a column of nulls only (void) takes the other's."""
+    return earlier is not None and earlier != later and not isinstance(earlier, NullType) and not isinstance(
+        later, NullType)
+
+
+def declared_schema(spark: SparkSession, schema: StructType | str) -> StructType:
+    """A declared schema as ``spark.read.schema`` takes it (a ``StructType`` or DDL), every column nullable.
+
+    Nullable as Spark's file sources make it: a column some files lack, or a null partition, reads as null.
+    """
+    if isinstance(schema, str):
+        schema = spark.createDataFrame([], schema).schema  # Spark's own DDL parser, classic and Connect alike
+    if not isinstance(schema, StructType):
+        raise TypeError(f"schema must be a StructType or a DDL string such as 'v INT, day INT'; got {schema!r}.")
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
+
+
+def check_declared(
+    schema: StructType, listing: Listing, stored: StructType | None, stored_in: str, *, merged: bool,
+    time_zone: str | None,
+) -> None:
+    """Check ``schema`` against a walk of the table and the data columns ``stored`` (None: no file was read).
+
+    ``listing`` gives the partition columns and, in its first partition, values to
+    type; ``stored_in`` says where ``stored`` comes from, for the messages, and
+    ``merged`` whether it is every file's columns (``mergeSchema``) or one file's.
+
+    Raises
+    ------
+    ValueError
+        Naming the first column that is neither a partition column nor stored,
+        or whose type cannot hold the partition values or be read from the files.
+    """
+    first = listing.partitions[0] if listing.partitions else None
+    stored_types = {f.name: f.dataType for f in stored.fields} if stored is not None else None
+    for field in schema.fields:
+        target = _arrow_type(field)
+        if field.name in listing.columns:
+            raw = first.raw_values[listing.columns.index(field.name)] if first is not None else None
+            _check_partition_column(field, raw, time_zone)
+        elif stored_types is None:
+            continue
+        elif field.name not in stored_types:
+            raise ValueError(
+                f"Column '{field.name}' of the declared schema is not a partition column (the table's are "
+                f"{list(listing.columns)}) and is not stored in {stored_in} (columns {sorted(stored_types)})."
+                + ("" if merged else " A column that only some files store needs option mergeSchema=true: every "
+                   "file's columns are then read.")
+            )
+        else:
+            _check_readable(field, target, stored_types[field.name], stored_in)
+
+
+def _arrow_type(field: StructField) -> pa.DataType:
+    try:
+        return read_arrow_schema(StructType([field])).field(0).type
+    except TypeError as error:  # pyspark's: the type has no Arrow form, which a Python data source returns
+        raise ValueError(f"Column '{field.name}' of the declared schema cannot be read: {error}") from None
+
+
+def _check_partition_column(field: StructField, raw: str | None, time_zone: str | None) -> None:
+    try:
+        type_name = normalize_type(field.dataType.simpleString())
+        if raw is not None:
+            partitions.to_arrow([raw], type_name, time_zone=time_zone)
+    except ValueError as error:
+        raise ValueError(f"Partition column '{field.name}' of the declared schema: {error}") from None
+
+
+def _check_readable(field: StructField, target: pa.DataType, stored: DataType, stored_in: str) -> None:
+    # The reader casts each file's column to the declared type: a cast pyarrow does not have cannot be read.
+    try:
+        pa.array([], _arrow_type(StructField(field.name, stored))).cast(target)
+    except pa.ArrowNotImplementedError:
+        raise ValueError(
+            f"Column '{field.name}' of the declared schema is {field.dataType.simpleString()}, but it is stored as "
+            f"{stored.simpleString()} in {stored_in}, which cannot be read as {field.dataType.simpleString()}."
+        ) from None
+
+
+def table_walk(options: ScanOptions) -> tuple[Any, PartitionEnumerator]:
+    """The table's filesystem and its walk: from ``path``, or from ``basePath`` down through ``path``."""
+    fs, root = files.open_table(options.path, options.storage_options)
+    base = None if options.base_path is None else storage.filesystem(options.base_path, options.storage_options)[1]
+    return fs, PartitionEnumerator(fs, root, base)
+
+
+def infer_schema(options: ScanOptions) -> StructType:
+    """The table's schema, listing only what it takes: the first branch of the walk when ``partitionColumns``
+    declares every partition column it meets (their types need no values), else the whole table, whose
+    partition values give the undeclared columns' types (and, with ``mergeSchema``, whose files are merged)."""
+    fs, walk = table_walk(options)
+    if options.declared_types and not options.merge_schema:
+        branch = walk.enumerate(first_branch)
+        if branch.partitions and set(branch.columns) <= set(options.declared_types):
+            return table_schema(branch, fs, options)
+    return table_schema(walk.enumerate(), fs, options)
+
+
+def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
+    """Data columns of the first data file (of them all with ``mergeSchema``), then the partition columns, as
+    ``spark.read.parquet`` gives them."""
+    paths = [f.path for f in listing.files]
+    if not paths:
+        raise ValueError(f"Option 'path': table '{options.path}' has no data files, so its schema cannot be inferred.")
+    data = _stored_schema(paths, fs, options)
+    partition_fields = {f.name: f for f in _partition_fields(listing, options)}
+    # A partition column also stored in the files keeps its place but takes the partition's type (as Spark).
+    fields = [partition_fields.pop(f.name, f) for f in data.fields] + list(partition_fields.values())
+    # Spark's file sources declare every column nullable, whatever the files say.
+    return StructType([StructField(f.name, f.dataType, nullable=True) for f in fields])
+
+
+def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
+    """Check a declared schema against the table: the walk down its first branch and that branch's first file;
+    with ``mergeSchema``, the whole walk and every file (see :func:`check_declared`)."""
+    fs, walk = table_walk(options)
+    listing = walk.enumerate() if options.merge_schema else walk.enumerate(first_branch)
+    paths = [f.path for f in listing.files][: None if options.merge_schema else 1]
+    stored = _stored_schema(paths, fs, options) if paths else None
+    one_file = paths and not options.merge_schema
+    stored_in = f"data file '{paths[0]}'" if one_file else f"the data files of '{options.path}'"
+    check_declared(schema, listing, stored, stored_in, merged=options.merge_schema,
+                           time_zone=options.time_zone)
+
+
+def first_branch(level: Level) -> list[bool]:
+    """A level filter keeping only the first directory of each level."""
+    return [index == 0 for index in range(len(level.raw_rows))]
+
+
+def _stored_schema(paths: list[str], fs: Any, options: ScanOptions) -> StructType:
+    """The data columns of the files ``paths``: the first one's, or with ``mergeSchema`` the union of them all."""
+    arrow_fs = files.arrow_filesystem(fs)
+    if options.merge_schema:
+        return merged_schema(paths, arrow_fs, options.format)
+    return spark_schema(files.file_schema(paths[0], arrow_fs, options.format))
+
+
+def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:
+    declared = options.declared_types
+    unknown = sorted({name for name, _ in options.partition_columns} - set(listing.columns))
+    if unknown:
+        raise ValueError(
+            f"Option 'partitionColumns' names {unknown}, which are not partition columns of '{options.path}'; "
+            f"its partition columns are {list(listing.columns)}."
+        )
+    fields = []
+    for index, column in enumerate(listing.columns):
+        type_name = declared.get(column) or partitions.infer_type(p.raw_values[index] for p in listing.partitions)
+        fields.append(spark_schema(pa.schema([(column, arrow_type(type_name))]))[0])
+    return fields
+
+
+def read_column_types(options: ScanOptions, schema: StructType) -> dict[str, str]:
+    """Spark SQL type of each read-schema column, with ``partitionColumns`` declarations taking precedence."""
+    schema_types = {f.name: normalize_type(f.dataType.simpleString()) for f in schema.fields}
+    return {**schema_types, **options.declared_types}
