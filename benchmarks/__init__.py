@@ -1,1 +1,1 @@
-"""Benchmarks of dynsource against Spark's own reader and DPP (see README, "Performance")."""
+"""Benchmarks of dynsource against Spark's own reader and DPP (see docs/performance.md)."""

@@ -111,7 +111,7 @@ def register(spark: SparkSession) -> None:
     ``spark.sql.python.filterPushdown.enabled`` alone: dynsource prunes by
     ``partitionFilter`` and dynamic filters, never through Spark's filter
     pushdown, whose planned reads go stale when a DataFrame is reused (see the
-    README's "Known Spark issues").
+    docs/spark-known-issues.md).
     """
     from dynsource import deployment
     from dynsource.scan import taskfigures

@@ -29,7 +29,9 @@ def star_schema_exists(root: Path) -> bool:
 
 
 def write_star_schema(root: Path, *, sales_rows: int = SALES_ROWS, seed: int = 7) -> tuple[str, str]:
-    """Write ``date_dim`` and ``store_sales`` (Hive-partitioned by ss_sold_date_sk, 0.1% null keys)."""
+    """Write ``date_dim`` and ``store_sales`` (Hive-partitioned by ss_sold_date_sk, 0.1% null keys); their absolute
+    paths (Spark resolves a relative one against the directory its JVM started in)."""
+    root = Path(root).resolve()
     date_dim, store_sales = root / "date_dim", root / "store_sales"
     if star_schema_exists(root):
         return str(date_dim), str(store_sales)

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = (
     "Install dynsource in the Python that Spark's workers run, on every node ('pip install dynsource' with that "
     "interpreter), and name it with PYSPARK_PYTHON (or spark.pyspark.python) before the session starts. See the "
-    "README's 'Running on a cluster'."
+    "'Running on a cluster' in dynsource's docs/object-stores-and-clusters.md."
 )
 _checked: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 _warned: set[tuple[str, str]] = set()

@@ -226,7 +226,7 @@ def test_hive_table_survives_into_a_new_process_and_drop_removes_its_definition(
     assert result["tables"] == ["store_sales"]
     assert result["describe"] == result["schema"] == [["amount", "double"], ["k", "int"]]
     assert result["rows_equal"] and (result["filtered"], result["kept"]) == (10, 1)
-    # What a new session meets before dynsource.register, which fixes it (the README's errors table says so).
+    # What a new session meets before dynsource.register, which fixes it (docs/errors.md says so).
     assert "[DATA_SOURCE_NOT_FOUND] Failed to find the data source: dynsource.default.store_sales" in result[
         "before_register"]
     assert not (warehouse / "_dynsource" / "default.store_sales.json").exists()

@@ -19,7 +19,7 @@ from dynsource.table.levels import Level, PartitionTyping, PartitionValues
 from dynsource.table.partitionfilter import PartitionFilter
 from tests.helpers import PUSHDOWN_CONF, read, rows
 
-# Every shape the README lists for partitionFilter; each is also a WHERE clause Spark evaluates.
+# Every shape docs/sql.md lists for partitionFilter; each is also a WHERE clause Spark evaluates.
 PREDICATES = [
     "a = 1",
     "a IN (1, 3)",

@@ -1,8 +1,8 @@
 """One DataFrame, view or table scanned again and again, and named twice in one query: every scan reads what it asked.
 
 The first tests reproduce two Spark defects with Spark alone (no dynsource): they pass while Spark has them and
-fail once a Spark release fixes them, which is the time to revisit what dynsource does about them (README,
-"Known Spark issues"). The others are the sequences that returned wrong rows before dynsource stopped pruning
+fail once a Spark release fixes them, which is the time to revisit what dynsource does about them
+(docs/spark-known-issues.md). The others are the sequences that returned wrong rows before dynsource stopped pruning
 through Spark's filter pushdown, kept as regular tests.
 """
 
@@ -90,7 +90,7 @@ def test_spark_reuses_the_read_planned_in_push_filters(spark):
         assert df.where("p = 3").count() == 1
         # Spark's defect: the read planned for the filtered query is reused by the next scan of the relation.
         # Once this assertion fails (10 rows, as it should be), a Spark release has fixed it.
-        assert df.count() == 1, "Spark no longer reuses pushdown read info: revisit README 'Known Spark issues'"
+        assert df.count() == 1, "Spark no longer reuses pushdown read info: revisit docs/spark-known-issues.md"
         df.createOrReplaceTempView("reuse_parts_view")
         query = "SELECT p FROM reuse_parts_view WHERE p = 3 UNION ALL SELECT p FROM reuse_parts_view WHERE p = 4"
         assert sorted(r.p for r in spark.sql(query).collect()) == [4, 4]

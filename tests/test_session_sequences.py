@@ -3,8 +3,8 @@
 Each machine writes a random Hive-partitioned table (tests/generated_tables.py), makes one object of one kind
 and then runs steps on that same object: count, collect, group-by aggregates, reads of no column (``count(*)``,
 constants), show, explain then act, cache and uncache, write then read back; each step with a random WHERE of
-every shape the README lists, or none. Every step is compared with the same step on ``spark.read.parquet`` of the
-same files, in one Spark job.
+every shape docs/sql.md lists for partitionFilter, or none. Every step is compared with the same step on
+``spark.read.parquet`` of the same files, in one Spark job.
 
 Kinds: a ``spark.read.format("dynsource")`` DataFrame; a temporary view (``CREATE TEMPORARY VIEW ... USING
 dynsource``) queried with SQL; ``spark.table`` of a registered table; a DataFrame read with a ``dynamicFilter``
@@ -55,7 +55,7 @@ def sql_literal(value, type_name: str) -> str:
 
 @st.composite
 def wheres(draw, table: Table, values: list[tuple]) -> str | None:
-    """None or a WHERE of one of the README's shapes, on a partition column (literals from its values) or ``v``."""
+    """None or a WHERE of one of the documented shapes, on a partition column (literals from its values) or ``v``."""
     if draw(st.integers(0, 5)) == 0:
         return None
     return draw(_condition(table, values, depth=1))

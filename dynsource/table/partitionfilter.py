@@ -3,7 +3,7 @@
 Spark gives a Python data source no safe way to prune by a query's WHERE: the
 read planned while it pushes filters is kept on the relation and reused by a
 later query of the same DataFrame, view or table that pushes none (see the
-README's "Known Spark issues"). An option cannot go stale that way: it belongs
+docs/spark-known-issues.md). An option cannot go stale that way: it belongs
 to the DataFrame (or table reference) itself, so every query of it reads the
 same partitions.
 
