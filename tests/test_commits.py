@@ -161,3 +161,27 @@ def test_records_hide_by_job_token_and_replaced_path():
     assert records.hides(f"p=2/{name}") and records.hides("p=1/old.parquet")
     assert not records.hides("p=1/part-00001-other.parquet") and not commits.NONE.hides(f"p=2/{name}")
     assert commits.read(fsspec.filesystem("memory"), f"/{job}") == commits.NONE  # a table never written to
+
+
+def test_an_overwrite_committed_while_an_append_is_pending_leaves_the_appends_files(table, monkeypatch, tmp_path):
+    """The append commits after the overwrite: its rows stand beside the overwrite's, as in that serial order (an
+    overwrite that listed the pending append's moved files as replaced would delete them)."""
+    import threading
+
+    from dynsource.spark import writer
+
+    first = load(table, {1: 4})
+    first.commit(first.messages)
+    append, overwrite = load(table, {2: 2}), load(table, {3: 6}, overwrite=True)
+    monkeypatch.setenv(writer.PAUSE_ENV, f"moved:{tmp_path}")
+    (tmp_path / "moved.hold").touch()
+    paused = threading.Thread(target=append.commit, args=(append.messages,))
+    paused.start()
+    while not (tmp_path / "moved.reached").exists():
+        time.sleep(0.02)
+    monkeypatch.delenv(writer.PAUSE_ENV)
+    overwrite.commit(overwrite.messages)
+    assert counted(table) == {3: 6}
+    (tmp_path / "moved.hold").unlink()
+    paused.join()
+    assert counted(table) == {2: 2, 3: 6}

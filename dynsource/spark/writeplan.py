@@ -27,6 +27,7 @@ from dynsource import partitions, storage
 from dynsource.scan import files, tableschema
 from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.storage import StorageOptions
+from dynsource.table import commits
 from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.table.levels import Level, PartitionTyping, PartitionValues
 from dynsource.table.listing import Listing
@@ -72,7 +73,8 @@ class WriteTarget:
                                  "replaces those partitions, and writes only into them. Nothing was written.")
 
     def replaced(self, fs: Any, root: str, directories: Sequence[str]) -> list[str]:
-        """The table's data files an overwrite writing ``directories`` replaces, relative to its root."""
+        """The table's data files an overwrite writing ``directories`` replaces, relative to its root: those its
+        readers see now (not the files of another write still pending, nor the overwrite's own)."""
         if self.partition_overwrite_mode == "dynamic" and self.partition_columns:
             return _data_files(fs, root, directories)
         if self.replace_within is None:
@@ -193,15 +195,16 @@ def _unconvertible(raw_values: Sequence[str], column: str, type_name: str) -> st
 
 def _data_files(fs: Any, root: str, directories: Sequence[str]) -> list[str]:
     """The data files readers list under these directories of the table, relative to its root (not the hidden
-    ones: staging, commit records)."""
-    found = []
+    ones: staging, commit records; nor those the commit records hide: a pending write's, a replaced one)."""
+    records, found = commits.read(fs, root), []
     for directory in directories:
         try:
             paths = fs.find(f"{root}/{directory}".rstrip("/"))
         except FileNotFoundError:
             continue
         relative = [path[len(root) + 1:] for path in paths]
-        found += [path for path in relative if not any(partitions.is_hidden(part) for part in path.split("/"))]
+        found += [path for path in relative if not any(partitions.is_hidden(part) for part in path.split("/"))
+                  and not records.hides(path)]
     return found
 
 

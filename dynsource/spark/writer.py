@@ -104,7 +104,6 @@ class DynsourceWriter(DataSourceArrowWriter):
         fs, root = files.open_table(self.target.url, self.target.storage_options)
         kept = [m for m in messages if m is not None]
         self.target.check_written(fs, root, _directories(kept))
-        replaced = self.target.replaced(fs, root, _directories(kept)) if self.overwrite else []
         commits.write(fs, root, self.job, "pending", files=[written.path for _, written in _files(kept)])
         _pause_at("pending")
         for message, written in _files(kept):
@@ -112,6 +111,8 @@ class DynsourceWriter(DataSourceArrowWriter):
             fs.makedirs(target, exist_ok=True)
             fs.mv(f"{self._staging(root)}/{message.attempt}/{written.path}", f"{target}/{written.name}")
         _pause_at("moved")
+        # Listed last, just before the commit point: a write that committed meanwhile is replaced too.
+        replaced = self.target.replaced(fs, root, _directories(kept)) if self.overwrite else []
         self._publish(fs, root, replaced)
         _pause_at("committed")
         self._finish(fs, root, replaced)
