@@ -100,9 +100,12 @@ def read_by_choice(spark: SparkSession, source: str, options: Mapping[str, str],
             return df
     if columns is None:
         return spark.read.format(source).schema(table_schema).options(**options).load()
-    # The Python reader plans with the schema it reads: it must hold the columns partitionFilter names.
+    # The Python reader plans with the schema it reads: it must hold the columns partitionFilter names. A read of
+    # no column (count(*)) reads the table's last one, a partition column where it has one (constant per file):
+    # pyspark 4.0 counts no row of a Python source's batches that have no column.
     filtered = scan_options.partition_filter.columns() if scan_options.partition_filter else set()
-    read_schema = _projected(table_schema, [*columns, *(f.name for f in table_schema if f.name.lower() in filtered)])
+    wanted = [*columns, *(f.name for f in table_schema if f.name.lower() in filtered)] or table_schema.names[-1:]
+    read_schema = _projected(table_schema, wanted)
     df = spark.read.format(source).schema(read_schema).options(**options).load()
     return df if len(read_schema) == len(_projected(table_schema, columns)) else df.select(*_quoted(columns, df))
 
