@@ -128,6 +128,19 @@ def listing_map(fs: fsspec.AbstractFileSystem) -> Iterator[Callable]:
         yield pool.map
 
 
+@contextlib.contextmanager
+def failing_as(action: str) -> Iterator[None]:
+    """Raise a store's error inside as an ``OSError`` saying what failed (``action``, e.g. "list directory 'b/t'")
+    and the store's error: botocore's are no ``OSError``, and s3fs's name no path. A missing file stays
+    ``FileNotFoundError``."""
+    try:
+        yield
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except Exception as error:
+        raise OSError(f"Cannot {action}: {type(error).__name__}: {error}") from error
+
+
 def root_info(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
     """``fs.info(root)`` of a table's root; the store's own errors (an endpoint that does not answer, a refused
     credential: botocore's are no ``OSError``) as an ``OSError`` naming option ``path`` and the error."""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
+from tests.faults import BUCKET, FaultProxy
 from tests.helpers import pushdown_set
 
 
@@ -53,3 +57,25 @@ def pushdown(spark, request):
     """The session with Spark's filter pushdown off, then on (as the user or another library may set it)."""
     with pushdown_set(spark, request.param) as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def proxied():
+    """A moto S3 server, the fault proxy before it, and the storage options of each (the direct ones check)."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    proxy = FaultProxy(f"http://{host}:{port}").start()
+
+    def options(endpoint: str) -> dict:
+        # Few retries and short waits: every fault the rules arm shows in a second, not in botocore's backoff.
+        return {"key": "testing", "secret": "testing", "skip_instance_cache": True,
+                "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}},
+                "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+
+    boto3.client("s3", aws_access_key_id="testing", aws_secret_access_key="testing",
+                 endpoint_url=f"http://{host}:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    yield proxy, options(proxy.url), options(f"http://{host}:{port}")
+    proxy.stop()
+    server.stop()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+BUCKET = "faults"
 KINDS = ("LIST", "HEAD", "GET", "PUT", "COPY", "DELETE", "POST")
 FAULTS = ("503", "500", "reset", "lost", "delay")
 _ERRORS = {"503": ("SlowDown", "Please reduce your request rate."),
@@ -74,6 +75,8 @@ class FaultProxy:
         self.random = random.Random(seed)
         self.requests: Counter = Counter()  # by kind
         self.faults: Counter = Counter()  # by (kind, fault)
+        self.retried = 0  # requests that repeated one a fault answered (same kind and key): a client's retry
+        self._faulted: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -108,6 +111,9 @@ class FaultProxy:
         """The fault for ``request`` (None: forward it), counted."""
         with self._lock:
             self.requests[request.kind] += 1
+            if (request.kind, request.key) in self._faulted:
+                self._faulted.discard((request.kind, request.key))
+                self.retried += 1
             fault = next((rule.fault for rule in self.rules if rule.matches(request)), None)
             if fault is not None:
                 rule = next(rule for rule in self.rules if rule.matches(request))
@@ -119,6 +125,7 @@ class FaultProxy:
                         break
             if fault is not None:
                 self.faults[(request.kind, fault)] += 1
+                self._faulted.add((request.kind, request.key))
             return fault
 
     def forwarded(self, request: Request) -> None:
@@ -130,7 +137,8 @@ class FaultProxy:
 
     def counts(self) -> dict[str, dict]:
         with self._lock:
-            return {"requests": dict(self.requests), "faults": {f"{k} {f}": n for (k, f), n in self.faults.items()}}
+            return {"requests": dict(self.requests), "faults": {f"{k} {f}": n for (k, f), n in self.faults.items()},
+                    "retried": self.retried}
 
 
 def kind_of(method: str, path: str, query: str, headers: dict[str, str]) -> str:

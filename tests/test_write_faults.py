@@ -17,39 +17,13 @@ import time
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from dynsource.spark import writer
 from dynsource.table import abandoned, commits
-from tests.faults import FaultProxy, Rule
+from tests.faults import BUCKET, Rule
 from tests.helpers import read, rows
 from tests.test_commits import At, counted, load
-
-BUCKET = "faults"
-
-
-@pytest.fixture(scope="module")
-def proxied():
-    """A moto S3 server, the fault proxy before it, and the storage options of each (the direct ones check)."""
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    proxy = FaultProxy(f"http://{host}:{port}").start()
-
-    def options(endpoint: str) -> dict:
-        # Few retries and short waits: every fault the rules arm shows in a second, not in botocore's backoff.
-        return {"key": "testing", "secret": "testing", "skip_instance_cache": True,
-                "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}},
-                "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
-
-    boto3.client("s3", aws_access_key_id="testing", aws_secret_access_key="testing",
-                 endpoint_url=f"http://{host}:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-    yield proxy, options(proxy.url), options(f"http://{host}:{port}")
-    proxy.stop()
-    server.stop()
 
 
 @pytest.fixture

@@ -175,7 +175,8 @@ def records(fs: Any, table: str) -> list[dict]:
     # listing is dropped: invalidate_cache(path) also drops its parents', which the walk lists from.
     fs.dircache.pop(directory, None)
     try:
-        paths = fs.ls(directory, detail=False)
+        with storage.failing_as(f"list the commit records '{directory}'"):
+            paths = fs.ls(directory, detail=False)
     except (FileNotFoundError, NotADirectoryError):  # no records; or the table is a single file
         return []
     found = []
@@ -184,7 +185,9 @@ def records(fs: Any, table: str) -> list[dict]:
         if partitions.is_hidden(name) or not name.endswith(".json"):
             continue
         try:
-            found.append(_parsed(fs.cat_file(path), path))
+            with storage.failing_as(f"read the commit record '{path}'"):
+                content = fs.cat_file(path)
+            found.append(_parsed(content, path))
         except FileNotFoundError:
             continue  # expired while this walk read the records: they differ from the first read, which walks again
     return found

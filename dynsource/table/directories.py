@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from dynsource import partitions
+from dynsource import partitions, storage
 from dynsource.lru import LruMap
 from dynsource.table import commits
 from dynsource.table.watches import Mark, Since, Watches
@@ -69,7 +69,9 @@ def read(fs: fsspec.AbstractFileSystem, path: str, top: bool = False) -> Directo
     if isinstance(fs, LocalFileSystem):
         return LISTINGS.get(path, top)
     entries = []
-    for entry in fs.ls(path, detail=True):
+    with storage.failing_as(f"list directory '{path}'"):
+        listed = fs.ls(path, detail=True)
+    for entry in listed:
         child = entry["name"].rstrip("/")
         entries.append((child.rsplit("/", 1)[-1], child, None if entry["type"] == "directory" else int(entry["size"])))
     return _directory(entries)

@@ -171,7 +171,8 @@ class PartitionEnumerator:
 
     def _find(self, directory: str, listing: Listing) -> list[DataFile]:
         listing.listed_paths.append(directory)
-        found = self.fs.find(directory, detail=True)
+        with storage.failing_as(f"list directory '{directory}'"):
+            found = self.fs.find(directory, detail=True)
         prefix = len(directory.rstrip("/")) + 1
         return [
             DataFile(name, int(info["size"]))
