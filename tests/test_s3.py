@@ -31,7 +31,7 @@ from werkzeug.serving import make_server
 
 import dynsource
 from dynsource import DynamicFilteringData
-from dynsource.scan import files
+from dynsource.scan import files, tableschema
 from dynsource.scan.options import ScanOptions
 from dynsource.table.enumerator import PartitionEnumerator
 from tests.helpers import read, rows
@@ -314,3 +314,33 @@ def test_writes_to_s3_equal_the_same_writes_on_local_disk(spark, s3, tmp_path):
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{TABLE_BUCKET}/written")) == \
         ["_dynsource_commits", "region=east", "region=west"]
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{TABLE_BUCKET}/written/region=west")) == ["day=5", "day=6"]
+
+
+def test_a_scan_asks_the_store_for_no_metadata_its_listing_gave(spark, s3, table, caplog, tmp_path, monkeypatch):
+    """Per file and action: no HEAD (sizes and existence come from the listing; the one HEAD is the table root's,
+    at planning), one footer and the data; a second
+    action on the same DataFrame lists nothing. Registering without declared partition columns says that it walked
+    the whole table, and what to declare."""
+    server, options = s3
+    url, _ = table
+    df = read(spark, url, SCHEMA, storageOptions=json.dumps(options))
+    data_files = sum(1 for key in s3fs.S3FileSystem(**options).find(f"{TABLE_BUCKET}/sales") if key.endswith(
+        ".parquet"))
+    figures = {}
+    for action in ("first", "second"):
+        before, lists = server.requests_on(TABLE_BUCKET), server.lists(TABLE_BUCKET)
+        assert df.agg({"amount": "sum"}).first()[0] is not None
+        made = server.requests_on(TABLE_BUCKET) - before
+        figures[action] = {"HEAD": made["HEAD"], "LIST": server.lists(TABLE_BUCKET) - lists,
+                           "GET": made["GET"] - (server.lists(TABLE_BUCKET) - lists)}
+    assert figures["first"]["HEAD"] <= 1 and figures["second"]["HEAD"] == 0, figures
+    assert figures["second"]["LIST"] == 0 and figures["second"]["GET"] <= 2 * data_files, figures
+    print(f"S3 requests of a scan of {data_files} files, by action: {figures}")
+    monkeypatch.setattr(tableschema, "_said_walked", set())  # said once per table: the fixtures' walks said it
+    with caplog.at_level(logging.WARNING, logger="dynsource"):
+        dynsource.register_table(spark, "s3_walked", path=f"s3://{TABLE_BUCKET}/sales", storageOptions=options,
+                                 definitions=str(tmp_path))
+    try:
+        assert "partitionColumns='region STRING, day INT', one branch is listed" in caplog.text
+    finally:
+        dynsource.drop_table(spark, "s3_walked", definitions=str(tmp_path))

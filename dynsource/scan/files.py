@@ -52,9 +52,18 @@ class _ListedFiles(pafs.FSSpecHandler):
         super().__init__(fs)
         self.sizes = sizes
 
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        asked = iter(super().get_file_info([path for path in paths if path not in self.sizes]))
+        return [pafs.FileInfo(path, pafs.FileType.File, size=self.sizes[path]) if path in self.sizes else next(asked)
+                for path in paths]
+
     def open_input_file(self, path: str) -> pa.NativeFile:
         size = self.sizes.get(path)
-        opened = self.fs.open(path, mode="rb") if size is None else self.fs.open(path, mode="rb", size=size)
+        if size is None:
+            return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
+        opened = self.fs.open(path, mode="rb", size=size)
+        if isinstance(opened, fsspec.spec.AbstractBufferedFile):  # else it asks the store (s3fs: at its first read)
+            opened.details = {"name": path, "size": size, "type": "file"}
         return pa.PythonFile(opened, mode="r")
 
     open_input_stream = open_input_file
@@ -160,8 +169,11 @@ def _fragment(
     split: FileSplit, fs: pafs.FileSystem, format_name: str, row_filter: RowFilter | None
 ) -> ds.Fragment | None:
     fragment = file_format(format_name).make_fragment(split.path, filesystem=fs)
+    if format_name != "parquet":
+        return fragment
+    fragment.ensure_complete_metadata()  # the footer read once: the schema and the scan below reuse it
     whole = split.start == 0 and split.length == split.file_size
-    if format_name != "parquet" or (whole and row_filter is None):
+    if whole and row_filter is None:
         return fragment
     groups = list(range(fragment.metadata.num_row_groups))
     if not whole:

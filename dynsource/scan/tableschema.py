@@ -13,6 +13,7 @@ column that does not fit.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,6 +31,8 @@ from dynsource.table.levels import Level
 from dynsource.table.listing import Listing
 from dynsource.types import arrow_type, normalize_type, read_arrow_schema, spark_schema
 
+log = logging.getLogger(__name__)
+_said_walked: set[str] = set()  # the remote tables whose whole walk for a schema this process has said
 _FOOTER_THREADS = 16  # footers of an object store are one request each: read them side by side
 
 
@@ -177,7 +180,16 @@ def infer_schema(options: ScanOptions) -> StructType:
         branch = walk.enumerate(first_branch)
         if branch.partitions and set(branch.columns) <= set(options.declared_types):
             return table_schema(branch, fs, options)
-    return table_schema(walk.enumerate(), fs, options)
+    listing = walk.enumerate()
+    schema = table_schema(listing, fs, options)
+    if listing.columns and not storage.is_local(options.path) and options.path not in _said_walked:
+        _said_walked.add(options.path)
+        declared = ", ".join(f"{f.name} {f.dataType.simpleString().upper()}" for f in schema.fields
+                             if f.name in listing.columns)
+        log.warning("dynsource: the schema of '%s' took a walk of the whole table (%d listings) to type its "
+                    "partition columns; with them declared, partitionColumns='%s', one branch is listed. (Said once "
+                    "per table in each process.)", options.path, len(listing.listed_paths), declared)
+    return schema
 
 
 def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
