@@ -5,13 +5,13 @@ The package's layers, bottom to top, each importing only those below it:
 - the root modules: the shared vocabulary (Spark types and CASTs, Hive partition names, DDL, storage URLs and
   options, logging, where code runs, a bounded LRU map);
 - ``filtering``: the dynamic filter's payload, its store and handles, the collector;
-- ``table``: a Hive-partitioned table on a filesystem: its walk, listing, commit records;
+- ``layout``: a Hive-partitioned table on a filesystem: its walk, listing, commit records;
 - ``scan``: planning one scan, and its report;
 - ``spark``: what plugs into Spark: the data source, its readers and writer, registered tables;
 - ``dpp``: automatic dynamic partition pruning (``dynsource.sql``, ``dynamic_join``);
 - ``explain``, ``cli``, ``demo`` and this module: the public reports and entry points.
 
-Spark's Python workers load the root, ``filtering``, ``table``, ``scan`` and ``spark``'s source and writer, never
+Spark's Python workers load the root, ``filtering``, ``layout``, ``scan`` and ``spark``'s source and writer, never
 ``dpp``, the reports or the catalog; so the public names are imported on first use.
 """
 

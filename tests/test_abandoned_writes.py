@@ -16,8 +16,8 @@ import pytest
 
 import dynsource
 from dynsource import cli
+from dynsource.layout import commits
 from dynsource.spark import writer
-from dynsource.table import commits
 from tests.helpers import read, rows
 
 # A writer process: its own Spark session appends 30 rows of p=7 and p=8 to the table, held at a step of the write

@@ -28,10 +28,10 @@ from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 import dynsource
 from dynsource.filtering import DynamicFilteringData, collector, filterstore
+from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.planner import plan_scan
-from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from tests.helpers import read, rows
 
 # --- tables -----------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import pyarrow.dataset as ds
 import pytest
 from moto.server import ThreadedMotoServer
 
+from dynsource.layout import abandoned, commits
+from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.scan import files
 from dynsource.spark.writeplan import WriteTarget
 from dynsource.spark.writer import DynsourceWriter
-from dynsource.table import abandoned, commits
-from dynsource.table.enumerator import PartitionEnumerator
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import time
 import fsspec
 import pytest
 
-from dynsource.table import directories
-from dynsource.table.enumerator import PartitionEnumerator
-from dynsource.table.watches import Watches
+from dynsource.layout import directories
+from dynsource.layout.enumerator import PartitionEnumerator
+from dynsource.layout.watches import Watches
 
 
 def write(path, data: bytes = b"x" * 10) -> None:

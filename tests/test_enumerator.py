@@ -8,8 +8,8 @@ import fsspec
 import pytest
 
 from dynsource.filtering import DynamicFilteringData
-from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
-from dynsource.table.levels import Level, PartitionTyping
+from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.layout.levels import Level, PartitionTyping
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 
 from dynsource.filtering import DynamicFilteringData
-from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
-from dynsource.table.listing import Listing
+from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.layout.listing import Listing
 from tests.generated_tables import DATA_COLUMN, NULL, Case, cases, parse_text, typed_values, write_table
 
 PLANNER_CASES = 500

@@ -21,10 +21,10 @@ import pytest
 import s3fs
 
 import dynsource
+from dynsource.layout import abandoned
+from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.scan import files
 from dynsource.spark.writer import CommitOutcomeUnknown
-from dynsource.table import abandoned
-from dynsource.table.enumerator import PartitionEnumerator
 from tests.faults import BUCKET, KINDS, Rule
 
 # Per request kind, the chance of each fault; "lost" (served, the answer dropped) only where a retry is harmless.

@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import functions as F
 
 import dynsource
+from dynsource.layout.levels import Level, PartitionTyping, PartitionValues
+from dynsource.layout.partitionfilter import PartitionFilter
 from dynsource.spark.source import DynsourceDataSource, DynsourceReader
-from dynsource.table.levels import Level, PartitionTyping, PartitionValues
-from dynsource.table.partitionfilter import PartitionFilter
 from tests.helpers import PUSHDOWN_CONF, read, rows
 
 # Every shape docs/sql.md lists for partitionFilter; each is also a WHERE clause Spark evaluates.

@@ -15,8 +15,8 @@ import dynsource
 from dynsource.dpp import queryreport
 from dynsource.filtering import DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.scan import report
-from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from tests.helpers import read
 
 PLANNED = dict(path="/data/sales", payload_kind="exact", keys=31, payload_bytes=412, filtering=True,

@@ -31,9 +31,9 @@ from werkzeug.serving import make_server
 
 import dynsource
 from dynsource import DynamicFilteringData
+from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.scan import files, tableschema
 from dynsource.scan.options import ScanOptions
-from dynsource.table.enumerator import PartitionEnumerator
 from tests.helpers import read, rows
 
 TABLE_BUCKET, STORE_BUCKET = "tables", "filters"

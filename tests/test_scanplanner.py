@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
+from dynsource.layout import commits, directories
+from dynsource.layout.watches import Watches
 from dynsource.lru import LruMap
 from dynsource.scan import planner, report, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.tableschema import infer_schema
-from dynsource.table import commits, directories
-from dynsource.table.watches import Watches
 
 
 def write(path, values: list[int]) -> None:

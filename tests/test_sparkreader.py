@@ -13,10 +13,10 @@ import pytest
 from pyspark.sql import functions as F
 
 import dynsource
+from dynsource.layout import directories
 from dynsource.scan import planner
 from dynsource.scan.options import ScanOptions
 from dynsource.spark import filereader
-from dynsource.table import directories
 from tests.helpers import read, read_by_spark, rows
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from dynsource.layout.directories import DataFile
+from dynsource.layout.listing import Partition
 from dynsource.scan.splits import pack
-from dynsource.table.directories import DataFile
-from dynsource.table.listing import Partition
 
 MB = 1024 * 1024
 

@@ -10,9 +10,9 @@ import pytest
 
 from dynsource.dpp import benefit
 from dynsource.filtering import DynamicFilteringData
+from dynsource.layout import directories
 from dynsource.lru import LruMap
 from dynsource.scan.options import ScanOptions
-from dynsource.table import directories
 
 TYPES = {"day": "int", "item": "int"}
 

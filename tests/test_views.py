@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import dynsource
+from dynsource.layout import directories
 from dynsource.lru import LruMap
 from dynsource.spark import globalviews
-from dynsource.table import directories
 from tests.helpers import rows
 from tests.test_sparkreader import write_sales
 

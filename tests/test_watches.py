@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from dynsource.table.watches import Since, Watches
+from dynsource.layout.watches import Since, Watches
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/sys/fs/inotify"), reason="inotify is Linux's")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from dynsource.layout import abandoned, commits
 from dynsource.spark import writer
-from dynsource.table import abandoned, commits
 from tests.faults import BUCKET, Rule
 from tests.helpers import read, rows
 from tests.test_commits import At, counted, load

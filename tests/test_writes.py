@@ -16,11 +16,11 @@ from pyspark.sql.utils import AnalysisException
 
 import dynsource
 from dynsource import partitions
+from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
 from dynsource.spark import writer as dynsource_writer
 from dynsource.spark.writeplan import WriteTarget
-from dynsource.table.enumerator import PartitionEnumerator
 from tests.helpers import read, rows
 
 SCHEMA = "id bigint, amount decimal(7,2), day date, region string, store int"

@@ -47,13 +47,13 @@ from pyspark.sql import SparkSession
 
 from dynsource import storage
 from dynsource.filtering import DynamicFilteringData
+from dynsource.layout import directories
+from dynsource.layout.enumerator import PartitionEnumerator
+from dynsource.layout.levels import Level, PartitionTyping
+from dynsource.layout.listing import Listing
 from dynsource.lru import LruMap
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
-from dynsource.table import directories
-from dynsource.table.enumerator import PartitionEnumerator
-from dynsource.table.levels import Level, PartitionTyping
-from dynsource.table.listing import Listing
 
 DEFAULT_FALLBACK_FILTER_RATIO = 0.5  # spark.sql.optimizer.dynamicPartitionPruning.fallbackFilterRatio
 DATA_COLUMN_RATIO = 0.9  # a filter on data columns keeping more of a sampled file's rows does not pay

@@ -48,12 +48,12 @@ from dynsource.dpp.placeholders import Frames
 from dynsource.dpp.queryreport import Assignment, QueryReport
 from dynsource.filtering import DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.layout.partitionfilter import PartitionFilter
 from dynsource.lru import LruMap
 from dynsource.scan.options import filter_options
 from dynsource.scan.origin import Reader
 from dynsource.scan.planner import plan_scan
 from dynsource.spark import catalog, filereader
-from dynsource.table.partitionfilter import PartitionFilter
 
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256

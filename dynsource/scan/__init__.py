@@ -5,6 +5,6 @@ of files into read tasks (``splits``), the row filter the tasks apply (``rowfilt
 (``files``), a table's schema (``tableschema``), the read tasks' figures (``taskfigures``), where a scan comes
 from (``origin``) and its report (``report``).
 
-Imports: the root vocabulary, ``dynsource.filtering`` and ``dynsource.table``. Spark's Python workers load this
+Imports: the root vocabulary, ``dynsource.filtering`` and ``dynsource.layout``. Spark's Python workers load this
 layer.
 """

@@ -19,10 +19,10 @@ from dynsource import logs, storage
 from dynsource.ddl import parse_ddl
 from dynsource.filtering import filterstore
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.layout.partitionfilter import PartitionFilter
 from dynsource.scan.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
 from dynsource.scan.splits import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
 from dynsource.storage import StorageOptions
-from dynsource.table.partitionfilter import PartitionFilter
 
 FORMATS = ("parquet", "orc", "csv", "json")
 READERS = ("auto", "spark", "python")  # who reads a registered table's kept files in dynsource.sql, dynamic_join

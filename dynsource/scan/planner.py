@@ -9,7 +9,7 @@ scan's report and its log lines from the plan.
 A warm session plans the same scans again and again: every query of ``dynsource.sql`` that leaves the pruning
 to Spark reads its facts whole. A plan without a dynamic filter, of a local table walked from its root, is kept
 (the newest :data:`KEPT_PLANS`) and given again, under a new scan id, while every directory its walk read would
-be read alike now (:func:`dynsource.table.directories.read_alike`: the kept listing, nothing in its directories
+be read alike now (:func:`dynsource.layout.directories.read_alike`: the kept listing, nothing in its directories
 changed since, as their inotify watches or their ``stat`` calls tell). Checking costs none of the walk's typing,
 filtering and checks: on TPC-DS ``store_sales`` (1,823 partitions) 1-3 ms by watches, 20 ms by ``stat``, and by
 watches a ``stat`` of the top directory while nothing happened since the last check passed.
@@ -41,15 +41,15 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from dynsource.filtering import DynamicFilteringData, filterstore
+from dynsource.layout import directories
+from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.layout.listing import Listing
 from dynsource.lru import LruMap
 from dynsource.scan import files, report, rowfilter, splits, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader
 from dynsource.scan.rowfilter import RowFilterSpec
 from dynsource.scan.tableschema import read_column_types, table_walk
-from dynsource.table import directories
-from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
-from dynsource.table.listing import Listing
 from dynsource.types import normalize_type
 
 log = logging.getLogger(__name__)

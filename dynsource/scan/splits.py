@@ -15,8 +15,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from dynsource.layout.listing import Partition
 from dynsource.scan.rowfilter import RowFilterSpec
-from dynsource.table.listing import Partition
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 DEFAULT_OPEN_COST_IN_BYTES = 4 * 1024 * 1024

@@ -24,11 +24,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, NullType, StructField, StructType
 
 from dynsource import partitions, storage
+from dynsource.layout.enumerator import PartitionEnumerator
+from dynsource.layout.levels import Level
+from dynsource.layout.listing import Listing
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
-from dynsource.table.enumerator import PartitionEnumerator
-from dynsource.table.levels import Level
-from dynsource.table.listing import Listing
 from dynsource.types import arrow_type, normalize_type, read_arrow_schema, spark_schema
 
 log = logging.getLogger(__name__)

@@ -5,6 +5,6 @@ planned scan (``filereader``); writes (``writeplan``, ``writer``, ``tablewrites`
 source and stored definition (``tablesource``), registering tables (``catalog``, ``metastore``), and the lasting
 global views a warm session reads again (``globalviews``).
 
-Imports: every layer below (root, ``filtering``, ``table``, ``scan``). Spark's Python workers load ``source``,
+Imports: every layer below (root, ``filtering``, ``layout``, ``scan``). Spark's Python workers load ``source``,
 ``tablesource``, ``writer`` and ``writeplan`` (and what they import), never ``catalog``.
 """

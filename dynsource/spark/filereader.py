@@ -49,13 +49,13 @@ from pyspark.sql.types import StructType
 
 from dynsource import deployment, storage
 from dynsource.filtering import DynamicFilteringData
+from dynsource.layout.listing import Listing
 from dynsource.lru import LruMap
 from dynsource.scan import files, planner, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader
 from dynsource.scan.planner import PlannedScan, ScanPlanner
 from dynsource.spark import globalviews
-from dynsource.table.listing import Listing
 
 # Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).
 _AUTO_FORMATS = ("parquet", "orc")

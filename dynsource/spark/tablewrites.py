@@ -19,11 +19,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from dynsource import partitions
+from dynsource.layout import abandoned
 from dynsource.scan import files
 from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.spark import catalog
 from dynsource.spark.writeplan import check_columns
-from dynsource.table import abandoned
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
 OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"

@@ -24,14 +24,14 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from dynsource import partitions, storage
+from dynsource.layout import commits
+from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
+from dynsource.layout.levels import Level, PartitionTyping, PartitionValues
+from dynsource.layout.listing import Listing
+from dynsource.layout.partitionfilter import PartitionFilter
 from dynsource.scan import files, tableschema
 from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.storage import StorageOptions
-from dynsource.table import commits
-from dynsource.table.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
-from dynsource.table.levels import Level, PartitionTyping, PartitionValues
-from dynsource.table.listing import Listing
-from dynsource.table.partitionfilter import PartitionFilter
 from dynsource.types import normalize_type
 
 _WRITABLE = re.compile(r"^(tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|string|date|boolean)$")

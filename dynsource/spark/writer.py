@@ -15,9 +15,9 @@ attempts Spark kept. Under a pending commit record naming them it moves each
 file into its partition directory; then the record says ``committed``, naming
 the files an overwrite replaces (:mod:`dynsource.spark.writeplan`). That write is the
 commit point: dynsource's readers see the table before it or after it, on any
-filesystem (:mod:`dynsource.table.commits`), and the write raises only if it did not
+filesystem (:mod:`dynsource.layout.commits`), and the write raises only if it did not
 commit. What follows (deleting the replaced files and the staging directory,
-removing abandoned writes, :mod:`dynsource.table.abandoned`) is best effort: a failure
+removing abandoned writes, :mod:`dynsource.layout.abandoned`) is best effort: a failure
 there is a WARNING, and the next commit or ``dynsource table vacuum`` finishes
 it. :meth:`DynsourceWriter.abort` removes what a failed commit moved and the
 staging directory: a failed job leaves nothing visible.
@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from dynsource import partitions
+from dynsource.layout import abandoned, commits
 from dynsource.scan import files
 from dynsource.spark.writeplan import WriteTarget
-from dynsource.table import abandoned, commits
 
 log = logging.getLogger(__name__)
 # Tests hold a write at a step to kill or fault it there: "<step>:<directory>" (see _pause_at).

@@ -32,7 +32,7 @@ as they are moved, as with Spark's own file committer. A commit whose driver is
 killed before its record says ``committed`` leaves the record pending: its
 files stay hidden from dynsource's readers (the table is as before), and remain
 in the partition directories for other readers until the abandoned write is
-removed (:mod:`dynsource.table.abandoned`: by a later commit, or a vacuum). Killed
+removed (:mod:`dynsource.layout.abandoned`: by a later commit, or a vacuum). Killed
 after, its replaced files are hidden, and deleted when a later commit expires
 the record.
 

@@ -1,7 +1,7 @@
 """What a walk of a table found: its leaf partitions and their files, with what a scan report counts.
 
-The enumerators (:mod:`dynsource.table.enumerator`) make a :class:`Listing`; the commit records
-(:mod:`dynsource.table.commits`) say which of its files belong to the table now.
+The enumerators (:mod:`dynsource.layout.enumerator`) make a :class:`Listing`; the commit records
+(:mod:`dynsource.layout.commits`) say which of its files belong to the table now.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import pyarrow.compute as pc
 
 from dynsource import partitions
-from dynsource.table import commits, directories
-from dynsource.table.directories import DataFile
-from dynsource.table.levels import PartitionValues
+from dynsource.layout import commits, directories
+from dynsource.layout.directories import DataFile
+from dynsource.layout.levels import PartitionValues
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class Listing:
 
     def checkable(self, root: str) -> bool:
         """Whether :func:`directories.read_alike` can tell that a walk from ``root`` would find this listing again:
-        the walk read every directory it listed through :mod:`dynsource.table.directories`, ``root`` first, and the root
-        holds no commit records (a record written later changes the records' directory, not the root; creating
+        the walk read every directory it listed through :mod:`dynsource.layout.directories`, ``root`` first, and
+        the root holds no commit records (a record written later changes the records' directory, not the root; creating
         that directory changes the root)."""
         return (bool(self.read) and len(self.read) == len(self.listed_paths) and self.read[0][0] == root
                 and not self.read[0][1][3])

@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from dynsource import partitions, types
-from dynsource.table.levels import Level, LevelFilter
+from dynsource.layout.levels import Level, LevelFilter
 
 OPTION = "partitionFilter"
 _COMPARISONS: dict[type[exp.Expression], str] = {

@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 
 from dynsource import partitions, storage
 from dynsource.filtering import DynamicFilteringData
-from dynsource.table import commits, directories
-from dynsource.table.directories import DataFile
-from dynsource.table.levels import Level, LevelFilter, PartitionTyping, PartitionValues
-from dynsource.table.listing import Listing, Partition
+from dynsource.layout import commits, directories
+from dynsource.layout.directories import DataFile
+from dynsource.layout.levels import Level, LevelFilter, PartitionTyping, PartitionValues
+from dynsource.layout.listing import Listing, Partition
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class PartitionEnumerator:
         With ``typing``, each level's values are typed once, as the level is
         listed, and carried down: the level filter and the listing get them.
         Files of a write not yet committed, or replaced by a committed one, are
-        left out (:mod:`dynsource.table.commits`); a write that commits during the
+        left out (:mod:`dynsource.layout.commits`); a write that commits during the
         walk makes it walk again.
         """
         table = self.base or self.root

@@ -11,7 +11,7 @@ directories.
 A warm session walks a table at every query, so that files written since are
 read. On a local disk, reading a directory again costs a ``scandir`` and Python
 work on each entry, so :data:`LISTINGS` keeps each local directory's contents
-and serves them while nothing in it changed. Where :mod:`dynsource.table.watches` can
+and serves them while nothing in it changed. Where :mod:`dynsource.layout.watches` can
 watch the directory (Linux, a local filesystem), the kernel's inotify queue
 says so: checking TPC-DS ``store_sales`` (1,823 partition directories, 3,227
 files) costs 1 ms instead of 20 ms by ``stat``. A watch is made before the
@@ -42,9 +42,9 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from dynsource import partitions, storage
+from dynsource.layout import commits
+from dynsource.layout.watches import Mark, Since, Watches
 from dynsource.lru import LruMap
-from dynsource.table import commits
-from dynsource.table.watches import Mark, Since, Watches
 
 SETTLE_NS = 2_000_000_000
 KEPT = 100_000  # directories, the least recently used dropped first

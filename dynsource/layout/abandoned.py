@@ -8,7 +8,7 @@ that no reader of the table lists, so they cost only storage until removed.
 
 :func:`vacuum` removes those older than an age (a write still running keeps
 writing into its staging directory, and a commit takes seconds), and the
-committed records past :data:`~dynsource.table.commits.KEPT_SECONDS` with what they
+committed records past :data:`~dynsource.layout.commits.KEPT_SECONDS` with what they
 replaced. Every commit runs it after its commit point, best effort, with the
 write option ``abandonedWriteAgeMs``; :func:`dynsource.vacuum` and ``dynsource
 table vacuum`` run it on demand, with a dry run.
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource.table import commits
+from dynsource.layout import commits
 
 
 @dataclass(frozen=True)
