@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from dynsource.filtering.collector import collect, collect_data
     from dynsource.filtering.handles import expire, publish, resolve
     from dynsource.scan.report import ScanReport
-    from dynsource.spark.catalog import drop_table, register_table, register_tables
+    from dynsource.spark.catalog import drop_table, register_table, register_tables, table
     from dynsource.spark.source import DynsourceDataSource
     from dynsource.spark.tablewrites import vacuum, write
 
@@ -55,6 +55,7 @@ _PUBLIC = {
     "scan_report": "dynsource.explain",
     "scan_reports": "dynsource.explain",
     "sql": "dynsource.dpp.query",
+    "table": "dynsource.spark.catalog",
     "vacuum": "dynsource.spark.tablewrites",
     "write": "dynsource.spark.tablewrites",
 }
@@ -79,6 +80,7 @@ __all__ = [
     "scan_report",
     "scan_reports",
     "sql",
+    "table",
     "vacuum",
     "write",
 ]

@@ -440,6 +440,25 @@ def test_a_damaged_file_in_a_partition_the_query_does_not_read_is_never_opened(s
             dynsource.drop_table(star, f"damaged_{reader}", definitions=definitions)
 
 
+def test_the_dataframe_door_to_a_registered_table_gets_sparks_own_pruning_and_is_a_dynamic_joins_fact(star):
+    """``dynsource.table``: DataFrame code joining a registered table at Spark's speed. ``store_sales`` holds a
+    damaged file in every partition of 2001: the rows come back only because the join is pruned."""
+    dates = star.table("date_dim").where("d_year = 2000 AND d_moy = 3")
+    expected = sorted(star.sql("SELECT ss_item_sk, ss_sales_price FROM store_sales_native JOIN date_dim ON "
+                               "ss_sold_date_sk = d_date_sk WHERE d_year = 2000 AND d_moy = 3").collect(), key=repr)
+    sales = dynsource.table(star, "store_sales", columns=["ss_item_sk", "ss_sales_price", "ss_sold_date_sk"])
+    joined = sales.join(dates, sales.ss_sold_date_sk == dates.d_date_sk).select("ss_item_sk", "ss_sales_price")
+    for _ in range(2):  # the same DataFrame, two actions
+        assert sorted(joined.collect(), key=repr) == expected
+    assert "dynamicpruningexpression" in joined._jdf.queryExecution().executedPlan().toString()
+    for fact in (dynsource.table(star, "store_sales_python"), dynsource.table(star, "store_sales")):
+        pruned = dynsource.dynamic_join(fact, dates, {"ss_sold_date_sk": "d_date_sk"})
+        assert sorted(pruned.select("ss_item_sk", "ss_sales_price").collect(), key=repr) == expected
+        assert dynsource.scan_report(pruned).partitions_kept <= len(YEAR_2000)
+    with pytest.raises(ValueError, match=r"a DataFrame of dynsource.table\(spark, name\); this DataFrame is none"):
+        dynsource.dynamic_join(dates, dates, {"d_date_sk": "d_date_sk"})
+
+
 LEFT_TO_SPARK = re.compile(
     re.escape("ss_sold_date_sk) <- ") + r"[^:]+" + re.escape(
         ": left to Spark's dynamic partition pruning at run time: the table is on a local disk, where listing all of "

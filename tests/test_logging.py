@@ -133,7 +133,8 @@ def test_every_scan_logs_a_line_and_a_table_read_whole_warns_once_per_worker(ses
         "does not pass a query's WHERE to a Python data source, so such a filter prunes nothing here; give the "
         "partitionFilter option (SELECT ... FROM default.sales WITH ('partitionFilter' = 'k = ...')), or run the "
         "query with dynsource.sql(spark, query), which turns WHERE predicates on partition columns into "
-        "partitionFilter.")]
+        "partitionFilter, or in DataFrame code read the table with dynsource.table(spark, 'default.sales'), whose "
+        "joins Spark's own pruning reaches.")]
     assert len(warnings) == 1  # three actions planned in one worker
     assert len([line for line in lines if f"the scan of {facts['big']} reads all 4 partitions" in line]) == 1
     assert facts["where"] == [4, 4, "none"]

@@ -37,7 +37,7 @@ _PRUNING = ("inner", "left_semi", "right")
 
 
 def dynamic_join(
-    fact: str,
+    fact: str | DataFrame,
     dim: DataFrame | Sequence[tuple[DataFrame, Mapping[str, str] | Sequence[tuple[str, str]]]],
     on: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     how: str = "inner",
@@ -50,9 +50,10 @@ def dynamic_join(
 
     Parameters
     ----------
-    fact : str
-        The fact table: an fsspec URL or path of a Hive-partitioned table, or the
-        name of a table registered with :func:`dynsource.register_table`.
+    fact : str or DataFrame
+        The fact table: an fsspec URL or path of a Hive-partitioned table, the
+        name of a table registered with :func:`dynsource.register_table`, or a
+        DataFrame :func:`dynsource.table` returned (its table, options and columns).
     dim : DataFrame, or sequence of (DataFrame, on)
         The dimension side (usually filtered), or several dimensions with their
         keys (a star, e.g. ``[(dates, {"ss_sold_date_sk": "d_date_sk"}), (stores,
@@ -93,6 +94,7 @@ def dynamic_join(
         a query ran) or why it was not: a ``ScanReport`` for one dimension, a
         ``QueryReport`` for a star.
     """
+    fact, options, columns = _fact(fact, options)
     dims, shared = _dimensions(dim, on)
     join_type = _JOIN_TYPES.get(how.lower().replace(" ", ""))
     if join_type is None:
@@ -121,7 +123,7 @@ def dynamic_join(
                                          collect_options)
         if applied is not None:
             read_options = {**base_options, **filter_options(applied.handle, store)}
-    fact_df = _read(spark, fact, read_options, fact_schema)
+    fact_df = _read(spark, fact, read_options, fact_schema, columns)
     joined = fact_df
     for (d, pairs), named in zip(dims, shared, strict=True):
         condition = [f for f, _ in pairs] if named else functools.reduce(
@@ -202,12 +204,25 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
                               collection_ms), notes + choice.left_out)
 
 
-def _read(spark, fact: str, options: Mapping[str, str], schema: StructType) -> DataFrame:
+def _fact(fact: str | DataFrame, options: Mapping[str, str] | None) -> tuple[str, dict[str, str], list[str] | None]:
+    """The fact's path or table name, its reader options and the columns read (None: all)."""
+    if isinstance(fact, str):
+        return fact, dict(options or {}), None
+    read = catalog.table_read(fact) if isinstance(fact, DataFrame) else None
+    if read is None:
+        raise ValueError("dynamic_join() takes as its fact a table's path, a registered table's name, or a DataFrame "
+                         "of dynsource.table(spark, name); this DataFrame is none of them.")
+    return read.table, {**dict(read.options), **dict(options or {})}, None if read.columns is None else list(
+        read.columns)
+
+
+def _read(spark, fact: str, options: Mapping[str, str], schema: StructType,
+          columns: Sequence[str] | None = None) -> DataFrame:
     """The fact side, read by the reader its option ``reader`` chooses (see :mod:`dynsource.spark.filereader`)."""
     if not _is_path(fact):
-        return catalog.read_table(spark, fact, options)
+        return catalog.read_table(spark, fact, options, columns)
     options = {**options, "path": fact}
-    return filereader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema)
+    return filereader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema, columns)
 
 
 def _is_path(fact: str) -> bool:

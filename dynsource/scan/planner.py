@@ -304,18 +304,21 @@ def _warn_whole_table(options: ScanOptions, table: str | None, listing: Listing)
         return
     _warned_whole.add(table or options.path)
     column = listing.columns[0]
+    turns = "which turns WHERE predicates on partition columns into partitionFilter"
     if table:
         option = f"SELECT ... FROM {table} WITH ('partitionFilter' = '{column} = ...')"
-        sql = "run the query with dynsource.sql(spark, query)"
+        doors = (f"run the query with dynsource.sql(spark, query), {turns}, or in DataFrame code read the table with "
+                 f"dynsource.table(spark, '{table}'), whose joins Spark's own pruning reaches")
     else:
         option = f"spark.read.format('dynsource').option('partitionFilter', '{column} = ...')"
-        sql = "register the table (dynsource.register_table) and run the query with dynsource.sql(spark, query)"
+        doors = ("register the table (dynsource.register_table) and run the query with dynsource.sql(spark, query), "
+                 + turns)
     log.warning(
         "dynsource: the scan of %s reads all %d partitions: it has neither a partitionFilter nor a dynamicFilter. "
         "If the query filters on partition column %s, note that Spark does not pass a query's WHERE to a Python data "
-        "source, so such a filter prunes nothing here; give the partitionFilter option (%s), or %s, which turns "
-        "WHERE predicates on partition columns into partitionFilter. (Said once per table in each Python worker.)",
-        f"table {table}" if table else options.path, len(listing.partitions), column, option, sql,
+        "source, so such a filter prunes nothing here; give the partitionFilter option (%s), or %s. (Said once per "
+        "table in each Python worker.)",
+        f"table {table}" if table else options.path, len(listing.partitions), column, option, doors,
     )
 
 

@@ -18,7 +18,9 @@ import json
 import logging
 import os
 import re
+import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -235,6 +237,52 @@ def read_table(
     options = dict(options or {})
     return filereader.read_by_choice(spark, SOURCE_PREFIX + definition.table, options,
                                       definition.scan_options.with_options(options), definition.schema, columns)
+
+
+@dataclass(frozen=True)
+class TableRead:
+    """What :func:`table` read: the registered table, the reader options given and the columns."""
+
+    table: str
+    options: tuple[tuple[str, str], ...]
+    columns: tuple[str, ...] | None
+
+
+# The DataFrames table() returned, weakly: dynamic_join takes one as its fact.
+_table_reads: weakref.WeakKeyDictionary[DataFrame, TableRead] = weakref.WeakKeyDictionary()
+
+
+def table(spark: SparkSession, name: str, columns: Sequence[str] | None = None, **options: Any) -> DataFrame:
+    """Registered table ``name`` as a DataFrame, planned as :func:`dynsource.sql` plans its scans: the DataFrame
+    door to a registered table.
+
+    The table's files are looked up now (a kept listing of a local table is checked for changes; commit records
+    are honoured) and read by the reader option ``reader`` chooses: Spark's own file reader where Spark's Hadoop
+    filesystem opens the table (a local disk, Parquet or ORC), so that DataFrame joins with it get Spark's own
+    dynamic partition pruning and column pruning; else dynsource's Python reader. ``spark.table(name)``, by
+    contrast, reads the whole table through the Python reader at every action (Spark passes it no WHERE).
+
+    Like ``spark.read.parquet``, the DataFrame reads the files found when it was made: call ``table`` again to
+    see files written since. :func:`dynsource.dynamic_join` takes it as its fact.
+
+    Parameters
+    ----------
+    columns : sequence of str, optional
+        Only these columns (Spark prunes the others of its own reader; dynsource's reads only these).
+    **options
+        Reader options over the table's stored ones (``partitionFilter``, ``dynamicFilter``...).
+    """
+    definition = load_definition(spark, name)
+    given = {key: _option_text(value) for key, value in options.items()}
+    df = read_table(spark, definition.table, given, columns, definition)
+    _table_reads[df] = TableRead(definition.table, tuple(sorted(given.items())),
+                                 None if columns is None else tuple(columns))
+    return df
+
+
+def table_read(df: DataFrame) -> TableRead | None:
+    """What :func:`table` read into ``df``; None for a DataFrame it did not return."""
+    return _table_reads.get(df)
 
 
 def definitions_location(spark: SparkSession, definitions: str | None = None) -> str:
