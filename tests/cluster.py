@@ -120,13 +120,13 @@ def start_cluster(root: Path, *, cores: int = 2, memory: str = "2g") -> Cluster:
     return cluster
 
 
-def start_connect_server(cluster: Cluster, root: Path, *, filter_store: Path) -> tuple[Daemon, str]:
-    """A Spark Connect server running as an application of ``cluster``; returns it and its ``sc://`` URL.
+def start_connect_server(master: str, root: Path, *, filter_store: Path) -> tuple[Daemon, str]:
+    """A Spark Connect server with ``master`` (a cluster's URL, or ``local[2]``); returns it and its ``sc://`` URL.
 
     The server is the driver: its planning workers find filters in ``filter_store``.
     """
     port = free_port()
-    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", CONNECT_SERVER, "--master", cluster.master_url,
+    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", CONNECT_SERVER, "--master", master,
                "--conf", f"spark.connect.grpc.binding.port={port}",
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=1g",

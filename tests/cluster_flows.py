@@ -12,12 +12,15 @@ error instead, so one failure does not hide the others.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
+import io
 import json
 import logging
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -174,8 +177,40 @@ def s3_store(spark, dynsource, paths):
         server.stop()
 
 
-FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in
-                          (demo_join, row_filter, dynamic_join, catalog_sql, auto_dpp, late_filter, s3_store)}
+def readers(spark, dynsource, paths):
+    """A registered table read by each reader through dynsource.sql: one DataFrame's actions again, rows equal
+    Spark's, the report names the reader; a table written between two queries is read whole by the second."""
+    spark.conf.set("spark.dynsource.partitionPruning", "collect")
+    spark.read.parquet(paths["date_dim"]).createOrReplaceTempView("cluster_dates")
+    spark.read.parquet(paths["store_sales"]).createOrReplaceTempView("cluster_sales_native")
+    query = """SELECT d_moy, count(*), sum(ss_sales_price) FROM {fact} s
+               JOIN cluster_dates d ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {month} GROUP BY d_moy"""
+    native = rows(spark.sql(query.format(fact="cluster_sales_native", month=MONTH)))
+    result = {}
+    for reader in ("auto", "python"):
+        dynsource.register_table(spark, f"cluster_{reader}_sales", path=paths["store_sales"], reader=reader,
+                                 replace=True)
+        pruned = dynsource.sql(spark, query.format(fact=f"cluster_{reader}_sales", month=MONTH))
+        equal = rows(pruned) == rows(pruned) == native
+        (scan,) = dynsource.scan_report(pruned).scans()  # the Python reader's scan is planned by the first action
+        result[reader] = {"equal": equal, "report": report_facts(scan)}
+    written = tempfile.mkdtemp(dir=Path(paths["store_sales"]).parent, prefix="written-")
+    seen = []
+    for day in (1, 2):
+        dynsource.write(spark.range(10).selectExpr("id", f"{day} AS day"), written,
+                        options={"partitionColumns": "day INT"})
+        if day == 1:
+            dynsource.register_table(spark, "cluster_written", path=written, replace=True)
+        seen.append(rows(dynsource.sql(spark, "SELECT day, count(*) FROM cluster_written GROUP BY day")))
+    with contextlib.redirect_stdout(io.StringIO()) as plan:
+        dynsource.sql(spark, "SELECT * FROM cluster_written").explain()
+    plan = plan.getvalue()
+    result["written"] = {"seen": seen, "read_by": "spark" if "FileScan parquet" in plan else plan}
+    return result
+
+
+FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in (demo_join, row_filter, dynamic_join, catalog_sql, auto_dpp,
+                                                           late_filter, s3_store, readers)}
 
 
 class _Warnings(logging.Handler):

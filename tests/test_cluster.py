@@ -58,7 +58,7 @@ def connect(cluster, data, tmp_path_factory, classic) -> dict:
     # After the classic driver: one application at a time holds the worker's cores.
     root = tmp_path_factory.mktemp("connect")
     store = root / "store"  # the client's and the server's default store: one machine here
-    server, url = start_connect_server(cluster, root, filter_store=store)
+    server, url = start_connect_server(cluster.master_url, root, filter_store=store)
     try:
         return run_flows(root, ["--remote", url], data, spark_environment(root / "home",
                                                                           DYNSOURCE_FILTER_STORE=str(store)))
@@ -106,6 +106,19 @@ def test_filter_store_on_an_s3_server(request, mode):
     result = flow(request, mode, "s3_store")
     assert result["equal"] and result["report"]["filtering"] and result["report"]["row_filtering"]
     assert result["scan_rows"] == flow(request, mode, "row_filter")["matching_rows"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_auto_reads_with_sparks_reader_where_the_server_opens_the_files(request, mode):
+    """Over Spark Connect as in a classic session: this client plans the scan, the server's Spark reads the kept
+    files; the Python reader where asked; a write is seen by the next query."""
+    result = flow(request, mode, "readers")
+    for reader, read_by in (("auto", "spark"), ("python", "python")):
+        assert result[reader]["equal"], reader
+        assert_pruned(result[reader]["report"])
+        assert result[reader]["report"]["read_by"] == read_by
+    assert result["written"]["seen"] == [[[1, 10]], [[1, 10], [2, 10]]]  # rows as JSON keeps them
+    assert result["written"]["read_by"] == "spark"
 
 
 def test_executors_never_open_a_filter_store(cluster, classic, connect):

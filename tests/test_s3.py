@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pyspark
 import pytest
 import s3fs
 from moto.moto_server.werkzeug_app import (
@@ -43,6 +44,9 @@ LEVELS = 2
 # Besides one LIST per kept directory of each level: the table root's info(), the root's own listing and the
 # commit records' directory, read again after the walk (a write that committed meanwhile means walking again).
 LIST_OVERHEAD = 3
+# pyspark 4.3 plans a DataFrame's Python-source scan once for all its actions, 4.0 calls partitions() per action
+# (4.1 and 4.2 untried).
+PLANS_ONCE_PER_DATAFRAME = tuple(int(part) for part in pyspark.__version__.split(".")[:2]) >= (4, 1)
 SCHEMA = "id bigint, amount double, region string, day int"
 COLUMNS = ("id", "amount", "region", "day")
 
@@ -333,8 +337,14 @@ def test_a_scan_asks_the_store_for_no_metadata_its_listing_gave(spark, s3, table
         made = server.requests_on(TABLE_BUCKET) - before
         figures[action] = {"HEAD": made["HEAD"], "LIST": server.lists(TABLE_BUCKET) - lists,
                            "GET": made["GET"] - (server.lists(TABLE_BUCKET) - lists)}
-    assert figures["first"]["HEAD"] <= 1 and figures["second"]["HEAD"] == 0, figures
-    assert figures["second"]["LIST"] == 0 and figures["second"]["GET"] <= 2 * data_files, figures
+    if PLANS_ONCE_PER_DATAFRAME:
+        assert figures["first"]["HEAD"] <= 1 and figures["second"]["HEAD"] == 0, figures
+        assert figures["second"]["LIST"] == 0, figures
+    else:  # pyspark 4.0 plans each action's scan again: the listing's requests again, still no HEAD per file
+        assert figures["first"]["HEAD"] <= 1 and figures["second"]["HEAD"] <= 1, figures
+        assert figures["second"]["LIST"] == figures["first"]["LIST"], figures
+    planning_gets = 0 if PLANS_ONCE_PER_DATAFRAME else 1  # planning again makes one GET beside its LISTs
+    assert figures["second"]["GET"] <= 2 * data_files + planning_gets, figures
     print(f"S3 requests of a scan of {data_files} files, by action: {figures}")
     monkeypatch.setattr(tableschema, "_said_walked", set())  # said once per table: the fixtures' walks said it
     with caplog.at_level(logging.WARNING, logger="dynsource"):

@@ -16,7 +16,9 @@ another source with the same name is read as Spark reads it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from py4j.protocol import Py4JError
@@ -26,8 +28,14 @@ from pyspark.sql.types import StructType
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
+from dynsource import deployment
 from dynsource.dpp.sqltree import TEMPORARY
 from dynsource.spark import catalog, metastore
+
+_CONNECT_LOOKUPS = 8  # a query's names looked up at once over Spark Connect
+# In the analysed plan of spark.table(name): what the name resolved to, and the Python data source reading it.
+_ALIAS = re.compile(r"^== Analyzed Logical Plan ==\n.*\n(?:[+|: -]*)SubqueryAlias (\S+)$", re.MULTILINE)
+_PYTHON_SCAN = re.compile(r"BatchScan (\S+?)\[.*\(Python\)")
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ class Resolver:
 
     @functools.cached_property
     def current_database(self) -> str:
-        """The session's current database, lower case, asked once."""
+        """The session's current database, lower case, asked once (over Spark Connect, learned from a lookup)."""
         return self.spark.catalog.currentDatabase().lower()
 
     def resolve(self, parts: tuple[str, ...]) -> Relation | None:
@@ -78,9 +86,20 @@ class Resolver:
             self._resolved[parts] = self._lookup(parts)
         return self._resolved[parts]
 
+    def resolve_all(self, names: Sequence[tuple[str, ...]]) -> list[Relation | None]:
+        """Each of ``names`` resolved. On Spark Connect, where each lookup is a round trip to the server, they are
+        looked up side by side."""
+        if deployment.is_connect(self.spark):
+            unresolved = list(dict.fromkeys(tuple(p.lower() for p in parts) for parts in names) - self._resolved.keys())
+            with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
+                list(pool.map(self.resolve, unresolved))
+        return [self.resolve(parts) for parts in names]
+
     def _lookup(self, parts: tuple[str, ...]) -> Relation | None:
         if len(parts) == 1 and parts[0] in self.frames:
             return Relation(TEMPORARY, parts[0], self.frames[parts[0]].schema)
+        if deployment.is_connect(self.spark):
+            return self._connect_lookup(parts)
         if len(parts) == 1 and self._session_catalog is not None:
             try:
                 return self._one_part(parts[0])
@@ -106,6 +125,38 @@ class Resolver:
         if self.current_catalog != "spark_catalog":
             return None
         return self._catalog_relation(self.current_database, name)
+
+    def _connect_lookup(self, parts: tuple[str, ...]) -> Relation | None:
+        """A name as the server resolves it, in two analysis requests (no catalog command, which costs a query's
+        round trip each): the relation's analysed plan names what the name resolved to (its ``SubqueryAlias``: a
+        temporary view's name, ``global_temp.v``, ``spark_catalog.db.t``) and, for a Python data source, the
+        source that reads it (``BatchScan dynsource.db.t``)."""
+        df = self.spark.table(metastore.quoted(*parts))
+        try:
+            plan = df._explain_string(extended=True)
+        except AnalysisException:
+            return None  # a name Spark will report as missing
+        alias = _ALIAS.search(plan)
+        if alias is None:
+            return None
+        resolved = alias[1].lower().split(".")
+        if len(resolved) == 1:
+            return Relation(TEMPORARY, resolved[0], df.schema)
+        if len(resolved) == 2 and resolved[0] == self.global_database:
+            return Relation(self.global_database, resolved[1], df.schema)
+        if len(resolved) != 3 or resolved[0] != "spark_catalog":
+            return None
+        database, name = resolved[1:]
+        if len(parts) == 1:  # a catalog table named without its database lies in the current one: no need to ask
+            self.__dict__.setdefault("current_database", database)
+        source = _PYTHON_SCAN.search(plan)
+        if source is not None and source[1].lower() == f"{catalog.SOURCE_PREFIX}{database}.{name}":
+            try:
+                definition = catalog.load_definition(self.spark, f"{database}.{name}")
+                return Relation(database, name, definition.schema, definition)
+            except ValueError:
+                pass  # its definition is gone: read as Spark reads it
+        return Relation(database, name, df.schema)
 
     def _temporary_view(self, name: str) -> Relation | None:
         """A temporary view of the session. One made from a DataFrame holds its analysed plan, whose schema the

@@ -199,8 +199,10 @@ def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames]:
         _judged_by_spark(spark, query)
     tables = _table_starts(query, references) if references else set()
     resolver = nameresolution.Resolver(spark)
+    looked_up = [reference.name for reference in references if reference.start in tables]
+    by_name = dict(zip(looked_up, resolver.resolve_all(looked_up), strict=True))
     for reference in references:
-        relation = resolver.resolve(reference.name) if reference.start in tables else None
+        relation = by_name.get(reference.name) if reference.start in tables else None
         if relation is not None and relation.definition is not None:
             df = catalog.read_table(spark, relation.key, dict(reference.options))
             chosen.append((reference, frames.add("ref", df)))

@@ -132,7 +132,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     except SqlglotError as error:
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
-    relations = [resolver.resolve(parts) for parts in references]
+    relations = resolver.resolve_all(references)
     tables, definitions = _table_infos(relations)
     detection = _detect(query, tables, resolver.current_database, relations)
     result.notes += [

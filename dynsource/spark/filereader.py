@@ -17,9 +17,9 @@ lookup the join makes again.
 
 The reader option ``reader`` chooses: ``python`` is dynsource's Python reader
 (``spark.read.format("dynsource...")``), ``spark`` Spark's, and ``auto`` Spark's
-where it can open the table, Parquet or ORC, in a classic session, else the Python one. Spark
-Connect plans on the server, which is what reaches the storage, so ``auto``
-keeps the Python reader there.
+where it can open the table, Parquet or ORC, else the Python one. Over Spark Connect this client plans the scan
+when it reaches the table's storage, and the server's Spark reads the kept files when it opens them
+(:mod:`dynsource.spark.connect`); otherwise the server plans it in its Python workers.
 
 Spark's file index looks up every file it is handed (in a Spark job past
 ``spark.sql.sources.parallelPartitionDiscovery.threshold``, 32 paths), as a
@@ -35,15 +35,16 @@ on its files.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import threading
 import urllib.parse
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import fsspec
-from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -55,7 +56,7 @@ from dynsource.scan import files, planner, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader
 from dynsource.scan.planner import PlannedScan, ScanPlanner
-from dynsource.spark import globalviews
+from dynsource.spark import connect, globalviews
 
 # Formats whose files Spark's reader reads as pyarrow does; CSV and JSON parsing differ (headers, nulls, numbers).
 _AUTO_FORMATS = ("parquet", "orc")
@@ -74,14 +75,15 @@ def choose(spark: SparkSession, options: ScanOptions) -> tuple[str, str]:
     if options.reader == "python":
         return "python", "option 'reader' is 'python'"
     forced = options.reader == "spark"
-    if deployment.is_connect(spark):
-        why = "Spark Connect: the server plans the scan, where the table's storage is reached"
-        return _refuse(forced, why)
     if not forced and options.format not in _AUTO_FORMATS:
         return "python", f"format '{options.format}': Spark's reader parses text files differently from pyarrow"
     if not forced and (options.storage_options or options.merge_schema):
         return "python", "the table has storageOptions or mergeSchema, which only dynsource's reader applies"
     base = _base_url(options)
+    if deployment.is_connect(spark):
+        if not connect.client_reaches(options):
+            return _refuse(forced, f"Spark Connect: this client cannot reach '{base}' to plan the scan")
+        return "spark", f"Spark Connect: this client plans the scan of '{base}', the server's Spark reads it"
     if not _hadoop_opens(spark, base):
         return _refuse(forced, f"Spark's Hadoop filesystem cannot open '{base}'")
     return "spark", f"Spark's Hadoop filesystem opens '{base}'"
@@ -121,13 +123,12 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     kept = frames.get(again)
     if kept is None or kept[0] is not planned.listing:
         kept, paths = None, [_url_prefix(options) + path for path in planned.file_paths]
-        patterns = [path for path in paths if _GLOB.search(path)]
-        if patterns:
+        refusal = _refused_paths(spark, options, paths)
+        if refusal is not None:
             if options.reader == "auto":
                 return None
-            raise ValueError(f"Option 'reader' = 'spark' cannot read data file '{patterns[0]}': Spark's reader "
-                             "takes a path with any of {}[]*?\\ as a pattern. Use reader 'python' or 'auto' for "
-                             "this table.")
+            raise ValueError(f"Option 'reader' = 'spark' cannot be used: {refusal}. Use reader 'python' or 'auto' "
+                             "for this table.")
     planner.record(planned, input_partitions=None, task_figures=taskfigures.PLANNED_ONLY, reader=scan_reader,
                        read_by="spark")
     if kept is not None:
@@ -147,6 +148,18 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     return df
 
 
+def _refused_paths(spark: SparkSession, options: ScanOptions, paths: Sequence[str]) -> str | None:
+    """Why Spark's reader cannot read the kept files ``paths``, or None."""
+    patterns = [path for path in paths if _GLOB.search(path)]
+    if patterns:
+        return (f"Spark's reader takes data file '{patterns[0]}' as a pattern (a path with any of "
+                "{}[]*?\\ is one)")
+    if paths and deployment.is_connect(spark) and not connect.server_opens(spark, options.format,
+                                                                         _base_url(options), paths[0]):
+        return f"Spark Connect: the server's Spark cannot open '{paths[0]}'"
+    return None
+
+
 def _listed(spark: SparkSession, options: ScanOptions, table_schema: StructType, paths: list[str],
             sizes: list[int]) -> DataFrame:
     """Spark's DataFrame of ``paths`` (their files listed by Spark once), reused while the files are the same."""
@@ -161,20 +174,29 @@ def _listed(spark: SparkSession, options: ScanOptions, table_schema: StructType,
         reader = reader.option("timeZone", options.time_zone)
     if options.format == "csv":
         reader = reader.option("header", "true")  # pyarrow's CSV reader, the Python reader's, takes a header row
-    df = _load(spark, reader, paths) if key[1].startswith("file:") else reader.load(paths)
+    with _driver_looks_up(spark, len(paths) if key[1].startswith("file:") else 0):
+        df = reader.load(paths)
+        if deployment.is_connect(spark):  # analysed once, as a view: the server would look the files up per action
+            df = connect.listed_view(spark, df)
     kept.put(key, df)
     return df
 
 
-def _load(spark: SparkSession, reader: DataFrameReader, paths: list[str]) -> DataFrame:
-    """``reader.load(paths)`` with Spark's file index looking the local ``paths`` up in the driver, not in a job."""
+@contextlib.contextmanager
+def _driver_looks_up(spark: SparkSession, paths: int) -> Iterator[None]:
+    """Spark's file index, analysed inside the block, looks ``paths`` local files up in the driver, not in a job:
+    the session's discovery threshold raised to them meanwhile, and restored."""
+    if not paths:  # each conf call is a round trip over Spark Connect
+        yield
+        return
     with _DISCOVERY_LOCK:
         before = spark.conf.get(_DISCOVERY_THRESHOLD)
-        if int(before) >= len(paths):
-            return reader.load(paths)
-        spark.conf.set(_DISCOVERY_THRESHOLD, str(len(paths)))
+        if int(before) >= paths:
+            yield
+            return
+        spark.conf.set(_DISCOVERY_THRESHOLD, str(paths))
         try:
-            return reader.load(paths)
+            yield
         finally:
             spark.conf.set(_DISCOVERY_THRESHOLD, before)
 
