@@ -15,7 +15,6 @@ Run ``python -m benchmarks.connect --scale 1 --repeat 5``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks import star as star_schema
-from benchmarks.run import QUERIES, RESULTS_DIR, ordered
+from benchmarks.run import QUERIES, ordered, star_arguments
 
 MODES = ("dynsource.sql", "dynsource.sql python reader", "spark.sql warm", "spark.sql cold")
 QUERY_NAMES = ("month", "holidays", "years")
@@ -97,15 +96,7 @@ def print_table(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--queries", default=",".join(QUERY_NAMES))
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--data", type=Path, default=star_schema.DEFAULT_DATA_DIR)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    args = star_arguments(__doc__.splitlines()[0], QUERY_NAMES, MODES).parse_args(argv)
     star = star_schema.generate(args.scale, args.seed, args.data)
     # The server and this client share the machine, so one filter store serves both.
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -18,17 +18,15 @@ Run ``python -m benchmarks.doors --scale 1 --repeat 3``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from benchmarks import star as star_schema
-from benchmarks.run import QUERIES, RESULTS_DIR, ordered
+from benchmarks.run import QUERIES, ordered, star_arguments
 
 MODES = ("dynsource.sql on a view", "spark.sql warm view", "dynsource.table DataFrame", "spark.table DataFrame",
          "DataFrame warm")
@@ -86,15 +84,7 @@ def run_doors(spark, star: star_schema.Star, queries, modes=MODES, repeat: int =
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--queries", default=",".join(QUERY_NAMES))
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--data", type=Path, default=star_schema.DEFAULT_DATA_DIR)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    args = star_arguments(__doc__.splitlines()[0], QUERY_NAMES, MODES).parse_args(argv)
     star = star_schema.generate(args.scale, args.seed, args.data)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from benchmarks.run import spark_session

@@ -439,6 +439,19 @@ def run_benchmark(
     return _report(bench, queries, runs, repeat, time.perf_counter() - started)
 
 
+def star_arguments(description: str, queries: Sequence[str], modes: Sequence[str]) -> argparse.ArgumentParser:
+    """The flags of a benchmark of star queries in several modes (``connect.py``, ``doors.py``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--queries", default=",".join(queries))
+    parser.add_argument("--modes", default=",".join(modes))
+    parser.add_argument("--data", type=Path, default=star_schema.DEFAULT_DATA_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    return parser
+
+
 def ordered(modes: Sequence[str], round_: int) -> list[str]:
     """The modes in the order of ``round_``, by a Williams design: over ``len(modes)`` rounds (twice that for an odd
     number of modes), each mode runs right after each other mode equally often. A cold mode's listing leaves the run
