@@ -15,7 +15,6 @@ Run ``python -m benchmarks.connect --scale 1 --repeat 5``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 from benchmarks import star as star_schema
-from benchmarks.run import QUERIES, ordered, star_arguments
+from benchmarks.run import QUERIES, ordered, print_modes, save_report, star_arguments
 
 MODES = ("dynsource.sql", "dynsource.sql python reader", "spark.sql warm", "spark.sql cold")
 QUERY_NAMES = ("month", "holidays", "years")
@@ -86,15 +85,6 @@ def run_connect(spark, star: star_schema.Star, queries, modes=MODES, repeat: int
     return report
 
 
-def print_table(report: dict) -> None:
-    for name, query in report["queries"].items():
-        print(f"\n{name}: {query['description']}")
-        for mode, seconds in query["median_s"].items():
-            read_by = query["read_by"].get(mode)
-            print(f"  {mode:<30} {seconds:8.3f} s" + (f"  (read by {read_by})" if read_by else ""))
-        print("  " + ", ".join(f"{pair} = {ratio}" for pair, ratio in query["ratios"].items()))
-
-
 def main(argv: list[str] | None = None) -> None:
     args = star_arguments(__doc__.splitlines()[0], QUERY_NAMES, MODES).parse_args(argv)
     star = star_schema.generate(args.scale, args.seed, args.data)
@@ -117,13 +107,10 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
     finally:
         server.stop()
-    print_table(report)
+    print_modes(report)
     if report["server_log_errors"]:
         print("\nthe server logged errors:\n  " + "\n  ".join(report["server_log_errors"]))
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"connect-star-scale{args.scale:g}.json"
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"\nwrote {out}")
+    save_report(report, args.out, f"connect-star-scale{args.scale:g}.json")
 
 
 if __name__ == "__main__":

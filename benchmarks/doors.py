@@ -18,7 +18,6 @@ Run ``python -m benchmarks.doors --scale 1 --repeat 3``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -26,7 +25,7 @@ import tempfile
 import time
 
 from benchmarks import star as star_schema
-from benchmarks.run import QUERIES, ordered, star_arguments
+from benchmarks.run import QUERIES, ordered, print_modes, save_report, star_arguments
 
 MODES = ("dynsource.sql on a view", "spark.sql warm view", "dynsource.table DataFrame", "spark.table DataFrame",
          "DataFrame warm")
@@ -93,15 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     by_name = {q.name: q for q in QUERIES}
     report = run_doors(spark, star, [by_name[n] for n in args.queries.split(",")], tuple(args.modes.split(",")),
                        args.repeat)
-    for name, query in report["queries"].items():
-        print(f"\n{name}: {query['description']}")
-        for mode, seconds in query["median_s"].items():
-            print(f"  {mode:<28} {seconds:8.3f} s")
-        print("  " + ", ".join(f"{pair} = {ratio}" for pair, ratio in query["ratios"].items()))
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"doors-star-scale{args.scale:g}.json"
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"\nwrote {out}")
+    print_modes(report)
+    save_report(report, args.out, f"doors-star-scale{args.scale:g}.json")
 
 
 if __name__ == "__main__":

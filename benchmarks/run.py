@@ -452,6 +452,25 @@ def star_arguments(description: str, queries: Sequence[str], modes: Sequence[str
     return parser
 
 
+def print_modes(report: dict) -> None:
+    """The medians per query and mode of ``connect.py``'s and ``doors.py``'s reports, with what read each scan
+    where the report says, and their ratios."""
+    for name, query in report["queries"].items():
+        print(f"\n{name}: {query['description']}")
+        for mode, seconds in query["median_s"].items():
+            read_by = query.get("read_by", {}).get(mode)
+            print(f"  {mode:<30} {seconds:8.3f} s" + (f"  (read by {read_by})" if read_by else ""))
+        print("  " + ", ".join(f"{pair} = {ratio}" for pair, ratio in query["ratios"].items()))
+
+
+def save_report(report: dict, out_dir: Path, name: str) -> None:
+    """``report`` as ``out_dir/name`` (JSON), said on the console."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / name
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"\nwrote {out}")
+
+
 def ordered(modes: Sequence[str], round_: int) -> list[str]:
     """The modes in the order of ``round_``, by a Williams design: over ``len(modes)`` rounds (twice that for an odd
     number of modes), each mode runs right after each other mode equally often. A cold mode's listing leaves the run
