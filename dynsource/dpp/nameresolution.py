@@ -120,7 +120,7 @@ class Resolver:
         """A one-part name as Spark resolves it: the session's temporary view, else a table or view of the current
         database when the current catalog is the session catalog. Asked of the session catalog directly: Spark's
         ``getTable`` analyses the name, 2-4 ms of a warm query per table."""
-        if self._session_catalog.catalog.isTempView(self._session_catalog.identifier(name)):
+        if self.is_temporary_view(name):
             return self._temporary_view(name)
         if self.current_catalog != "spark_catalog":
             return None
@@ -175,13 +175,49 @@ class Resolver:
             return None  # a name Spark will report as missing
 
     def _catalog_relation(self, database: str, name: str) -> Relation | None:
+        definition = self.definition(database, name)
+        if definition is None:  # whatever Spark reads under that name, it is not dynsource's
+            return self._relation(database, name, metastore.quoted(database, name))
+        return Relation(database, name, definition.schema, definition)
+
+    def definition(self, database: str, name: str) -> catalog.TableDefinition | None:
+        """The definition of the registered dynsource table ``database.name`` of the session catalog; None when
+        that names another table, or nothing, or a table replaced since it was registered."""
         qualified = f"{database}.{name}"
         try:
             definition = catalog.load_definition(self.spark, qualified)
-        except ValueError:  # no definition: whatever Spark reads under that name, it is not dynsource's
-            return self._relation(database, name, metastore.quoted(database, name))
-        if metastore.provider(self.spark, qualified) != catalog.SOURCE_PREFIX + qualified:
-            # A stale definition of a replaced table.
-            return self._relation(database, name, metastore.quoted(database, name))
-        return Relation(database, name, definition.schema, definition)
+        except ValueError:
+            return None
+        return definition if metastore.provider(self.spark, qualified) == catalog.SOURCE_PREFIX + qualified else None
+
+    def view(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], metastore.ViewDefinition] | None:
+        """The view defined by SQL text that ``parts`` names, as Spark resolves the name, with the name it resolved to
+        (``(name,)`` for a temporary view, ``(global database, name)``, ``("spark_catalog", database, name)``); None
+        for anything else, and over Spark Connect (whose client cannot read the session catalog)."""
+        session = self._session_catalog
+        parts = tuple(part.lower() for part in parts)
+        if session is None or (len(parts) == 1 and parts[0] in self.frames):
+            return None
+        try:
+            if len(parts) == 1 and self.is_temporary_view(parts[0]):
+                found = metastore.temporary_view(session, parts[0])
+                return None if found is None else (parts, found)
+            if len(parts) == 2 and parts[0] == self.global_database:
+                found = metastore.global_view(session, parts[1])
+                return None if found is None else (parts, found)
+            if len(parts) == 1 and self.current_catalog == "spark_catalog":
+                parts = (self.current_database, *parts)
+            if len(parts) == 3 and parts[0] == "spark_catalog":
+                parts = parts[1:]
+            if len(parts) != 2:
+                return None  # another catalog
+            found = metastore.catalog_view(session, *parts)
+        except Py4JError:
+            return None  # an internal API this Spark version lacks: the view is read as Spark reads it
+        return None if found is None else (("spark_catalog", *parts), found)
+
+    def is_temporary_view(self, name: str) -> bool:
+        """Whether the session has a temporary view ``name`` (classic sessions only)."""
+        session = self._session_catalog
+        return session is not None and session.catalog.isTempView(session.identifier(name))
 

@@ -45,7 +45,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
 from dynsource import deployment
-from dynsource.dpp import benefit, dimensions, inserts, nameresolution, queryplan, queryreport, sqltree
+from dynsource.dpp import benefit, dimensions, inserts, nameresolution, queryplan, queryreport, sqltree, views
 from dynsource.dpp.placeholders import Frames
 from dynsource.scan import options, planner
 from dynsource.spark import catalog
@@ -137,7 +137,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     >>> dynsource.drop_table(spark, "kv")
     """
     if args or kwargs:  # the dimension queries would lose the parameters' values
-        text, frames = _with_options_read(spark, query)
+        text, frames, _ = _with_options_read(spark, query)
         return frames.sql(spark, text, args, **kwargs)
     inserted = inserts.run(spark, query, sql)
     if inserted is not None:
@@ -152,7 +152,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
 def _pruned(spark: SparkSession, query: str, checks: planner.LateChecks | None = None) -> DataFrame | None:
     """:func:`sql` of a query without parameters; with ``checks`` of plans given before their check ended, None
     where a check failed before a statement that runs at once (an INSERT, a CACHE TABLE) would have run."""
-    text, frames = _with_options_read(spark, query)
+    text, frames, view_notes = _with_options_read(spark, query)
     timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
     spark_prunes_local = benefit.spark_prunes_local(spark)
     try:
@@ -161,7 +161,9 @@ def _pruned(spark: SparkSession, query: str, checks: planner.LateChecks | None =
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
-        plan, unanalysed = None, queryreport.QueryReport((), (f"the query could not be analysed: {error}",))
+        plan, unanalysed = None, queryreport.QueryReport((), (*view_notes, f"the query could not be analysed: {error}"))
+    else:
+        plan.notes[:0] = view_notes
     # spark.sql runs any other statement at once: it must not run on a plan whose check then fails.
     if checks is not None and (plan is None or not plan.is_query) and not checks.held():
         return None
@@ -181,22 +183,27 @@ def explain_sql(spark: SparkSession, query: str) -> queryreport.QueryReport:
     joins are not pruned. The query itself does not run, but Spark analyses it
     first: a query ``spark.sql`` rejects raises its error here too.
     """
-    text, frames = _with_options_read(spark, query)
+    text, frames, view_notes = _with_options_read(spark, query)
     frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
     plan = queryplan.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark),
                         min_scan_bytes=benefit.min_scan_bytes(spark),
                         spark_prunes_local=benefit.spark_prunes_local(spark))
     plan.plan_scans(spark)
+    plan.notes[:0] = view_notes
     return plan.report
 
 
-def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames]:
-    """``query`` with each ``name WITH (...)`` reference of a registered dynsource table replaced by a placeholder
-    of its own DataFrame; and those DataFrames."""
+def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames, tuple[str, ...]]:
+    """``query`` with each view over a registered dynsource table seen through (:mod:`dynsource.dpp.views`) and
+    each ``name WITH (...)`` reference of a registered dynsource table replaced by a placeholder of its own
+    DataFrame; those DataFrames; and why views were not seen through."""
     frames, chosen = Frames(), []
     references = table_options(query)
     if any("'" in value for reference in references for _, value in reference.options):
         _judged_by_spark(spark, query)
+    expanded = views.expand(spark, query, _blanked(query, references), {r.start for r in references})
+    if expanded.text != query:
+        query, references = expanded.text, table_options(expanded.text)
     tables = _table_starts(query, references) if references else set()
     resolver = nameresolution.Resolver(spark)
     looked_up = [reference.name for reference in references if reference.start in tables]
@@ -206,7 +213,7 @@ def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames]:
         if relation is not None and relation.definition is not None:
             df = catalog.read_table(spark, relation.key, dict(reference.options))
             chosen.append((reference, frames.add("ref", df)))
-    return rewrite(query, chosen), frames
+    return rewrite(query, chosen), frames, expanded.notes
 
 
 def _judged_by_spark(spark: SparkSession, query: str) -> None:
@@ -231,14 +238,19 @@ def _table_starts(query: str, references: Sequence[TableOptions]) -> set[int]:
     Judged by sqlglot's scopes on the text with the option clauses blanked out;
     when that cannot be parsed, every reference counts as a table's.
     """
-    blanked = query
-    for reference in references:
-        blanked = (blanked[:reference.options_start] + " " * (reference.end - reference.options_start)
-                   + blanked[reference.end:])
     try:
-        return {sqltree.start(table) for table in nameresolution.references(sqlglot.parse_one(blanked, read="spark"))}
+        return {sqltree.start(table) for table in
+                nameresolution.references(sqlglot.parse_one(_blanked(query, references), read="spark"))}
     except SqlglotError:
         return {reference.start for reference in references}
+
+
+def _blanked(query: str, references: Sequence[TableOptions]) -> str:
+    """``query`` with the ``WITH (...)`` options of ``references`` blanked out, for sqlglot (positions kept)."""
+    for reference in references:
+        blank = " " * (reference.end - reference.options_start)
+        query = query[:reference.options_start] + blank + query[reference.end:]
+    return query
 
 
 def rewrite(query: str, references: Sequence[tuple[TableOptions, str]]) -> str:

@@ -66,6 +66,71 @@ class SessionCatalog:
         return parsed
 
 
+@dataclass(frozen=True)
+class ViewDefinition:
+    """What Spark stored of a view defined by SQL text, all Spark needs to analyse the view again.
+
+    Spark analyses the text with its names resolved in ``namespace`` (the catalog and database current when the
+    view was made), under the SQL settings ``configs`` captured then; a temporary view's text may name the
+    temporary views in ``temporary_views`` (as their name parts), no other. The view's columns are the text's
+    output columns named ``query_columns``, renamed ``columns`` (``CREATE VIEW v (a, b) AS ...``).
+    """
+
+    text: str
+    namespace: tuple[str, ...]
+    query_columns: tuple[str, ...]
+    columns: tuple[str, ...]
+    configs: tuple[tuple[str, str], ...]
+    temporary_views: tuple[tuple[str, ...], ...]
+    temporary: bool
+
+
+def temporary_view(session: SessionCatalog, name: str) -> ViewDefinition | None:
+    """The session's temporary view ``name`` if SQL text defines it (a DataFrame's view holds a plan)."""
+    return _view_definition(session.catalog.getRawTempView(name), temporary=True)
+
+
+def global_view(session: SessionCatalog, name: str) -> ViewDefinition | None:
+    """The global temporary view ``name`` if SQL text defines it."""
+    return _view_definition(session.catalog.getRawGlobalTempView(name), temporary=True)
+
+
+def catalog_view(session: SessionCatalog, database: str, name: str) -> ViewDefinition | None:
+    """The catalog's view ``database.name``; None when that names no view (a table, nothing)."""
+    try:
+        table = session.catalog.getTableMetadata(session.identifier(database, name))
+    except AnalysisException:  # no such table or database
+        return None
+    return _definition(table, temporary=False) if table.tableType().name() == "VIEW" else None
+
+
+def _view_definition(raw: Any, temporary: bool) -> ViewDefinition | None:
+    return _definition(raw.get().tableMeta(), temporary) if raw.isDefined() else None
+
+
+def _definition(table: Any, temporary: bool) -> ViewDefinition | None:
+    text = table.viewText()
+    if not text.isDefined():
+        return None
+    # Every property in one JVM call: "key -> value" per line (no key holds " -> "; values may).
+    properties = dict(line.split(" -> ", 1) for line in table.properties().mkString("\u0001").split("\u0001")
+                      if " -> " in line)
+
+    def numbered(prefix: str, count: str) -> tuple[str, ...]:
+        return tuple(properties[f"{prefix}.{i}"] for i in range(int(properties.get(count, "0"))))
+
+    config = "view.sqlConfig."
+    return ViewDefinition(
+        text=text.get(),
+        namespace=numbered("view.catalogAndNamespace.part", "view.catalogAndNamespace.numParts"),
+        query_columns=numbered("view.query.out.col", "view.query.out.numCols"),
+        columns=tuple(field.name for field in StructType.fromJson(json.loads(table.schema().json())).fields),
+        configs=tuple(sorted((k.removeprefix(config), v) for k, v in properties.items() if k.startswith(config))),
+        temporary_views=tuple(tuple(parts) for parts in json.loads(properties.get("view.referredTempViewNames",
+                                                                                  "[]"))),
+        temporary=temporary)
+
+
 def quoted(*parts: str) -> str:
     """The name ``parts`` as Spark SQL text, each part in backquotes."""
     return ".".join("`" + part.replace("`", "``") + "`" for part in parts)

@@ -1,0 +1,162 @@
+"""dynsource.sql sees through views over registered tables: their scans are read as the table's own, rows unchanged.
+
+Every query is compared with ``spark.sql`` of the same text in the same session (which reads the table through the
+view by its Python source), and with the same query on a view of ``spark.read.parquet``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dynsource
+
+ROWS = 600
+DATES = [20240201 + day for day in range(6)]
+
+
+def rows(df) -> list:
+    return sorted(df.collect(), key=repr)
+
+
+def plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+@pytest.fixture(scope="module")
+def sales(spark, tmp_path_factory):
+    """A dynsource table ``views_sales`` (v, region, date_key), its files as ``views_native``, and ``view_dates``."""
+    root = tmp_path_factory.mktemp("views")
+    table = pa.table({"v": list(range(ROWS)), "region": ["east" if i // 6 % 3 else "west" for i in range(ROWS)],
+                      "date_key": [DATES[i % len(DATES)] for i in range(ROWS)]})
+    pq.write_to_dataset(table, str(root / "sales"), partition_cols=["date_key", "region"])
+    definitions = str(root / "definitions")
+    dynsource.register_table(spark, "views_sales", path=str(root / "sales"), definitions=definitions, replace=True)
+    spark.read.parquet(str(root / "sales")).createOrReplaceTempView("views_native")
+    spark.createDataFrame([(d, d % 2 == 1) for d in DATES[:3]], "d INT, chosen BOOLEAN").createOrReplaceTempView(
+        "view_dates")
+    yield {"root": root, "definitions": definitions}
+    for view in ("views_native", "view_dates"):
+        spark.catalog.dropTempView(view)
+    dynsource.drop_table(spark, "views_sales", definitions=definitions)
+
+
+# Each view shape: the statements that make it, the name to query, its key and value columns, and the same rows
+# written on the parquet files.
+SHAPES = {
+    "temporary, all columns": (["CREATE TEMP VIEW v_all AS SELECT * FROM views_sales"], "v_all", "date_key", "v",
+                               "SELECT * FROM views_native"),
+    "renamed and filtered": (["CREATE TEMP VIEW v_east (val, dk) AS SELECT v, date_key FROM views_sales "
+                              "WHERE region = 'east'"], "v_east", "dk", "val",
+                             "SELECT v AS val, date_key AS dk FROM views_native WHERE region = 'east'"),
+    "a view over a view": (["CREATE TEMP VIEW v_base AS SELECT v, date_key, region FROM default.views_sales",
+                            "CREATE TEMP VIEW v_top AS SELECT v * 2 AS v2, date_key FROM v_base WHERE v > 10"],
+                           "v_top", "date_key", "v2",
+                           "SELECT v * 2 AS v2, date_key FROM views_native WHERE v > 10"),
+    "persistent": (["CREATE OR REPLACE VIEW v_kept AS SELECT s.v, s.date_key FROM views_sales s"], "v_kept",
+                   "date_key", "v", "SELECT v, date_key FROM views_native"),
+    "global temporary": (["CREATE OR REPLACE GLOBAL TEMP VIEW v_global AS SELECT v, date_key FROM views_sales"],
+                         "global_temp.v_global", "date_key", "v", "SELECT v, date_key FROM views_native"),
+    "a union": (["CREATE TEMP VIEW v_union AS SELECT v, date_key FROM views_sales WHERE region = 'east' "
+                 "UNION ALL SELECT v + 1000, date_key FROM views_sales WHERE region = 'west'"], "v_union",
+                "date_key", "v", "SELECT v, date_key FROM views_native WHERE region = 'east' "
+                                 "UNION ALL SELECT v + 1000, date_key FROM views_native WHERE region = 'west'"),
+    "a join": (["CREATE TEMP VIEW v_join AS SELECT s.v, s.date_key FROM views_sales s JOIN view_dates "
+                "ON s.date_key = view_dates.d"], "v_join", "date_key", "v",
+               "SELECT s.v, s.date_key FROM views_native s JOIN view_dates ON s.date_key = view_dates.d"),
+}
+QUERY = "SELECT count(*), sum({value}) FROM {view} JOIN view_dates ON {key} = d WHERE chosen"
+
+
+def drop_views(spark) -> None:
+    for name in ("v_all", "v_east", "v_base", "v_top", "v_union", "v_join", "v_sales", "v_settings", "v_options"):
+        spark.catalog.dropTempView(name)
+    spark.catalog.dropGlobalTempView("v_global")
+    spark.sql("DROP VIEW IF EXISTS default.v_kept")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_view_over_a_registered_table_is_read_by_sparks_reader_with_sparks_rows(spark, sales, shape):
+    statements, view, key, value, native = SHAPES[shape]
+    for statement in statements:
+        spark.sql(statement)
+    try:
+        query = QUERY.format(value=value, view=view, key=key)
+        expected = rows(spark.sql(query))
+        assert expected == rows(spark.sql(QUERY.format(value=value, view=f"({native}) AS n", key=key)))
+        df = dynsource.sql(spark, query)
+        for _ in range(2):  # the same DataFrame, two actions
+            assert rows(df) == expected
+        assert "FileScan parquet" in plan(df) and "(Python)" not in plan(df)
+        assert "read as Spark reads it" not in str(dynsource.scan_report(df))
+    finally:
+        drop_views(spark)
+
+
+def test_a_name_in_a_view_means_what_it_meant_when_the_view_was_made(spark, sales):
+    spark.sql("CREATE TEMP VIEW v_sales AS SELECT v, date_key FROM views_sales")
+    # Made after the view, a temporary view of the table's name is not what the view reads; nor is a CTE.
+    spark.read.parquet(str(sales["root"] / "sales")).limit(5).createOrReplaceTempView("views_sales")
+    try:
+        for query in ["SELECT count(*) FROM v_sales",
+                      "WITH views_sales AS (SELECT 1 AS v, 1 AS date_key) SELECT count(*), sum(v) FROM v_sales",
+                      QUERY.format(value="v", view="v_sales", key="date_key")]:
+            expected = rows(spark.sql(query))
+            df = dynsource.sql(spark, query)
+            assert rows(df) == expected, query
+            assert "(Python)" not in plan(df), query
+        assert rows(spark.sql("SELECT count(*) FROM v_sales")) == [(ROWS,)]
+    finally:
+        spark.catalog.dropTempView("views_sales")
+        drop_views(spark)
+
+
+def test_a_view_made_in_another_database_reads_that_databases_tables(spark, sales):
+    spark.sql("CREATE DATABASE IF NOT EXISTS views_other")
+    try:
+        dynsource.register_table(spark, "views_other.views_sales", path=str(sales["root"] / "sales"),
+                                 definitions=sales["definitions"], partitionFilter="region = 'west'", replace=True)
+        spark.catalog.setCurrentDatabase("views_other")
+        try:
+            spark.sql("CREATE VIEW v_west AS SELECT v, date_key FROM views_sales")
+        finally:
+            spark.catalog.setCurrentDatabase("default")
+        query = QUERY.format(value="v", view="views_other.v_west", key="date_key")
+        df = dynsource.sql(spark, query)
+        assert rows(df) == rows(spark.sql(query))
+        assert rows(df) == rows(spark.sql(QUERY.format(
+            value="v", view="(SELECT * FROM views_native WHERE region = 'west') AS n", key="date_key")))
+        assert "(Python)" not in plan(df)
+    finally:
+        dynsource.drop_table(spark, "views_other.views_sales", definitions=sales["definitions"])
+        spark.sql("DROP DATABASE IF EXISTS views_other CASCADE")
+
+
+def test_a_view_not_seen_through_is_read_as_spark_reads_it_and_the_report_says_why(spark, sales):
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        spark.sql("CREATE TEMP VIEW v_settings AS SELECT v, date_key FROM views_sales")
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
+    spark.sql("CREATE TEMP VIEW v_options AS SELECT v, date_key FROM views_sales "
+              "WITH ('partitionFilter' = 'region = ''east''')")
+    try:
+        for view, why in [("v_settings", f"made with spark.sql.ansi.enabled=false and the session has "
+                                         f"spark.sql.ansi.enabled={before}"),
+                          ("v_options", "its text could not be parsed")]:
+            query = QUERY.format(value="v", view=view, key="date_key")
+            df = dynsource.sql(spark, query)
+            assert rows(df) == rows(spark.sql(query))
+            report = str(dynsource.scan_report(df))
+            assert f"view {view} is read as Spark reads it: " in report and why in report, report
+        # A common table expression of the query named like a temporary view the view reads would capture it.
+        spark.sql("CREATE TEMP VIEW v_join AS SELECT s.v, s.date_key FROM views_sales s JOIN view_dates "
+                  "ON s.date_key = view_dates.d")
+        query = "WITH view_dates AS (SELECT 1 AS d) SELECT count(*) FROM v_join"
+        df = dynsource.sql(spark, query)
+        assert rows(df) == rows(spark.sql(query))
+        assert "the query's common table expression view_dates" in str(dynsource.scan_report(df))
+    finally:
+        drop_views(spark)
