@@ -100,9 +100,10 @@ class Resolver:
             return Relation(TEMPORARY, parts[0], self.frames[parts[0]].schema)
         if deployment.is_connect(self.spark):
             return self._connect_lookup(parts)
-        if len(parts) == 1 and self._session_catalog is not None:
+        in_session_catalog = len(parts) == 3 and parts[0] == "spark_catalog" and parts[1] != self.global_database
+        if self._session_catalog is not None and (len(parts) == 1 or in_session_catalog):
             try:
-                return self._one_part(parts[0])
+                return self._one_part(parts[0]) if len(parts) == 1 else self._catalog_relation(*parts[1:])
             except Py4JError:
                 self._session_catalog = None  # an internal API this Spark version lacks: ask as below
         try:  # Spark's own lookup: which qualifiers name a temporary view differs between Spark versions
