@@ -160,3 +160,22 @@ def test_a_view_not_seen_through_is_read_as_spark_reads_it_and_the_report_says_w
         assert "the query's common table expression view_dates" in str(dynsource.scan_report(df))
     finally:
         drop_views(spark)
+
+
+@pytest.mark.parametrize("shape", ["temporary, all columns", "renamed and filtered", "a view over a view",
+                                   "persistent", "global temporary"])
+def test_a_view_passing_the_tables_rows_through_is_pruned_by_a_collected_filter(spark, sales, shape):
+    statements, view, key, value, _ = SHAPES[shape]
+    for statement in statements:
+        spark.sql(statement)
+    try:  # the suite's session collects (spark.dynsource.partitionPruning = collect)
+        query = QUERY.format(value=value, view=view, key=key)
+        df = dynsource.sql(spark, query)
+        assert rows(df) == rows(spark.sql(query))
+        report = str(dynsource.scan_report(df))
+        # Two of the six dates are chosen; the east view keeps their east partitions only.
+        kept = "2 leaf partition(s) kept" if shape == "renamed and filtered" else "4 leaf partition(s) kept"
+        assert "default.views_sales (" in report and ".date_key) <- view_dates (view_dates.d)" in report
+        assert kept in report, report
+    finally:
+        drop_views(spark)

@@ -282,3 +282,35 @@ def test_a_detection_is_given_again_only_for_the_same_text_resolved_to_the_same_
     assert detected(database="sales") is not first
     assert detected(text=query + " ") is not first
     assert detected(references=("default.store_sales", None)) is not first
+
+
+@pytest.mark.parametrize("query", [
+    # A view seen through: the fact's rows passed through a projection, renamed, filtered, nested.
+    "SELECT * FROM (SELECT ss_sold_date_sk AS day, ss_sales_price FROM store_sales) AS v JOIN date_dim "
+    "ON v.day = d_date_sk WHERE d_year = 2000",
+    "SELECT * FROM (SELECT day FROM (SELECT ss_sold_date_sk AS day, ss_sales_price * 2 AS p FROM store_sales "
+    "WHERE ss_store_sk = 1) AS inner_v WHERE p > 0) AS v JOIN date_dim ON v.day = d_date_sk WHERE d_year = 2000",
+    "SELECT * FROM (SELECT ss_sold_date_sk AS day FROM store_sales) AS v WHERE EXISTS "
+    "(SELECT 1 FROM date_dim WHERE d_date_sk = v.day AND d_year = 2000)",
+])
+def test_a_derived_table_passing_a_facts_rows_through_prunes_the_fact(query):
+    detection = detect(query, TABLES)
+    dimension = "(exists)" if "EXISTS" in query else "default.date_dim"
+    assert [str(p) for p in detection.prunings] == [
+        f"default.store_sales (store_sales.ss_sold_date_sk) <- {dimension} (date_dim.d_date_sk)"]
+    assert len(detection.scans) == 1  # the scan is the table's, found once
+
+
+@pytest.mark.parametrize("derived", [
+    "SELECT ss_sold_date_sk AS day, count(*) AS n FROM store_sales GROUP BY ss_sold_date_sk",
+    "SELECT DISTINCT ss_sold_date_sk AS day FROM store_sales",
+    "SELECT ss_sold_date_sk AS day FROM store_sales LIMIT 10",
+    "SELECT ss_sold_date_sk AS day, sum(ss_sales_price) OVER () AS total FROM store_sales",
+    "SELECT max(ss_sold_date_sk) AS day FROM store_sales",
+    "SELECT ss_sold_date_sk + 1 AS day FROM store_sales",
+    "SELECT s.ss_sold_date_sk AS day FROM store_sales s JOIN store ON s.ss_store_sk = s_store_sk",
+    "SELECT ss_sold_date_sk AS day FROM store_sales UNION ALL SELECT r_date_sk FROM sales.returns",
+])
+def test_a_derived_table_whose_rows_are_not_the_facts_own_prunes_nothing_through_it(derived):
+    query = f"SELECT * FROM ({derived}) AS v JOIN date_dim ON v.day = d_date_sk WHERE d_year = 2000"
+    assert [p for p in detect(query, TABLES).prunings if p.dimension == "default.date_dim"] == []

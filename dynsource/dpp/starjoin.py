@@ -192,6 +192,8 @@ class _Select:
         self.nodes = {node.alias_or_name: node for node in [*([first.this] if first else []),
                                                            *(join.this for join in self.joins)]}
         self.null_supplied = self._null_supplied()
+        # Derived tables that pass a fact's rows through (a view seen through): their column names -> the fact's.
+        self.renamed: dict[str, dict[str, str]] = {}
 
     def detect(self) -> list[FactScan]:
         """Record the prunings and refusals of this SELECT; its dynsource table scans."""
@@ -210,10 +212,15 @@ class _Select:
                 pairs.setdefault((equality.fact, equality.dimension), []).append(equality)
         for (fact, dimension), equalities in pairs.items():
             self._pair(facts[fact], dimension, equalities)
-        return list(facts.values())
+        return [fact for alias, fact in facts.items() if alias not in self.renamed]  # the others' SELECT has them
 
     def _fact(self, alias: str) -> FactScan | None:
         node, source = self.nodes[alias], self.scope.sources.get(alias)
+        if isinstance(source, Scope) and source.is_derived_table:
+            traced = self._passed_through(source)
+            if traced is not None:
+                self.renamed[alias] = traced[1]
+            return None if traced is None else traced[0]
         if not isinstance(source, exp.Table):
             return None  # a subquery or a CTE
         info = self.tables.get(sqltree.table_name(node))
@@ -223,6 +230,41 @@ class _Select:
         columns = None if self.statement.star else self._used_columns(alias, info)
         return FactScan(sqltree.table_name(node), alias, start, node.this.meta["end"] + 1,
                         start in self.statement.aliased, columns, self._predicates(alias))
+
+    def _passed_through(self, derived: Scope) -> tuple[FactScan, dict[str, str]] | None:
+        """The fact scan whose rows the ``derived`` table passes through one by one, and which of its columns
+        each output column is; None for any other derived table.
+
+        It passes them through when it selects from that scan alone (or from such a derived table), at most
+        filtered, with no aggregate, window, DISTINCT or LIMIT: each of its rows is then one of the fact's rows, so
+        a join key that is a fact column there prunes the fact as it would the fact itself. Views seen through
+        (:mod:`dynsource.dpp.views`) have this shape when they project and filter their table.
+        """
+        select = derived.expression
+        if (not isinstance(select, exp.Select) or select.args.get("joins") or not select.args.get("from_")
+                or any(select.args.get(part) for part in ("group", "having", "qualify", "distinct", "limit",
+                                                          "offset", "laterals", "windows"))
+                or any(e.find(exp.AggFunc, exp.Window) for e in select.expressions)):
+            return None
+        inner = _Select(derived, self.statement, [], [])
+        (alias,) = inner.nodes
+        fact = inner._fact(alias)
+        if fact is None:
+            return None
+        columns = {}
+        for output in select.expressions:
+            column = output.unalias()
+            if isinstance(column, exp.Column) and column.table == alias:
+                passed = inner._through(alias, column.name)
+                if passed is not None:
+                    columns[output.alias_or_name.lower()] = passed
+        return fact, columns
+
+    def _through(self, alias: str, column: str) -> str | None:
+        """The fact column that ``alias.column`` is (None: no fact column), through derived tables that pass a
+        fact's rows through."""
+        renamed = self.renamed.get(alias)
+        return column if renamed is None else renamed.get(column.lower())
 
     def _predicates(self, alias: str) -> tuple[str, ...]:
         """The WHERE conjuncts on ``alias`` alone, unqualified; none when an outer join may null-extend it."""
@@ -296,7 +338,7 @@ class _Select:
         for predicate in sqltree.conjuncts(subquery.args.get("where")):
             outer = {column.table for column in predicate.find_all(exp.Column) if column.table != inner}
             (correlated if outer else local).append(predicate)
-        equalities = [sqltree.correlation(p, inner, facts) for p in correlated]
+        equalities = [self._correlation(p, inner, facts) for p in correlated]
         refused = (not equalities or None in equalities or len({alias for alias, _, _ in equalities}) != 1
                    or any(subquery.args.get(part) for part in ("group", "having", "limit")))
         if refused:
@@ -314,17 +356,27 @@ class _Select:
                                      null_safe=False, selective=any(sqltree.selective_predicate(p) for p in local),
                                      pin=pin))
 
+    def _correlation(self, predicate: exp.Expression, inner: str | None,
+                     facts: dict[str, FactScan]) -> tuple[str, str, exp.Expression] | None:
+        """:func:`sqltree.correlation`, its fact column seen through derived tables; None when it is none."""
+        found = sqltree.correlation(predicate, inner, facts)
+        column = None if found is None else self._through(found[0], found[1])
+        return None if column is None else (found[0], column, found[2])
+
     def _fact_column(self, node: exp.Expression, facts: dict[str, FactScan]) -> tuple[str, str] | None:
-        """(fact alias, column) when ``node`` is a fact column or an injective cast of one."""
-        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Column) and node.this.table in facts:
-            source_type = self.tables[facts[node.this.table].table].columns.get(node.this.name, "")
-            target = node.to.sql("spark").lower()
-            if _INTEGRAL_WIDTH.get(source_type.lower(), 9) > _INTEGRAL_WIDTH.get(target, 0):
+        """(fact alias, fact column) when ``node`` is a fact column or an injective cast of one."""
+        cast = node if isinstance(node, exp.Cast) else None
+        node = node.this if cast is not None else node
+        if not isinstance(node, exp.Column) or node.table not in facts:
+            return None
+        column = self._through(node.table, node.name)
+        if column is None:
+            return None
+        if cast is not None:
+            source_type = self.tables[facts[node.table].table].columns.get(column, "")
+            if _INTEGRAL_WIDTH.get(source_type.lower(), 9) > _INTEGRAL_WIDTH.get(cast.to.sql("spark").lower(), 0):
                 return None
-            node = node.this
-        if isinstance(node, exp.Column) and node.table in facts:
-            return node.table, node.name
-        return None
+        return node.table, column
 
     def _unsound(self, fact: str, dimension: str, on: exp.Join | None, null_safe: bool) -> str | None:
         """Why pruning ``fact`` by ``dimension`` through this conjunct could change the result, or None."""
