@@ -104,9 +104,12 @@ def __dir__() -> list[str]:
 def register(spark: SparkSession) -> None:
     """Register the ``dynsource`` data source with ``spark`` (calling it again is harmless).
 
-    First, once per session, a small probe job checks that Spark's Python
-    workers can import dynsource; if not, ``WorkerSetupError`` says what they
-    lack and how to install it. The registered source sends its read tasks'
+    Once per session it starts a small probe job, in the background, that checks
+    that Spark's Python workers can import dynsource; if not, the first read or
+    write of dynsource's that runs Python workers raises ``WorkerSetupError``,
+    saying what they lack and how to install it, and the probe logs it as an
+    ERROR. A job that reads only by Spark's file reader starts no Python worker
+    and does not wait for the probe. The registered source sends its read tasks'
     figures to this process (a Spark accumulator) for :func:`scan_report`.
 
     It changes no Spark setting. In particular it leaves
@@ -119,6 +122,6 @@ def register(spark: SparkSession) -> None:
     from dynsource.scan import taskfigures
     from dynsource.spark import catalog, source
 
-    deployment.check_workers(spark, source.__name__)
+    deployment.start_check(spark, source.__name__)
     spark.dataSource.register(source.DynsourceDataSource.with_figures(taskfigures.channel(spark)))
     catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.spark.catalog

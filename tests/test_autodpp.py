@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import weakref
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import dynsource
 from dynsource import cli
 from dynsource.dpp import benefit, dimensions, queryplan, starjoin
 from dynsource.dpp.queryreport import QueryReport
+from dynsource.spark import filereader
 
 DAYS = 60
 YEAR_2000 = range(20)  # d_date_sk of the year 2000; 20..59 are 2001
@@ -394,6 +396,7 @@ def test_a_local_tables_partitions_are_left_to_sparks_dpp_by_default(star, parti
     # `store_sales` holds a damaged file in every partition of another year: the rows come back only because Spark's
     # own dynamic partition pruning drops those partitions at run time, from the listing of all of them.
     partition_pruning("auto")
+    dynsource.table(star, "store_sales")  # the session has read the table: its listing is kept
     query, made = {**PRUNED, **LEFT_TO_SPARK_ONLY}[name], []
     assert _jobs_run_by(star, lambda: made.append(dynsource.sql(star, query.format(fact="store_sales")))) == jobs
     (df,) = made
@@ -411,6 +414,23 @@ def test_a_local_tables_partitions_are_left_to_sparks_dpp_by_default(star, parti
     python = dynsource.sql(star, PRUNED[name].format(fact="store_sales_python"))
     assert sorted(python.collect(), key=repr) == expected
     assert any(a.handle is not None for a in dynsource.scan_report(python).assignments)
+
+
+def test_a_sessions_first_query_of_a_local_table_collects_and_its_later_ones_leave_it_to_spark(
+        star, partition_pruning, monkeypatch):
+    # A batch job's first query: Spark would list every partition of a table the session never read, which costs
+    # more than a collection; once read, its listing is kept and costs less.
+    monkeypatch.setattr(filereader, "_PLANNED", weakref.WeakKeyDictionary())  # a session that read no table yet
+    partition_pruning("auto")
+    query = PRUNED["cte"]
+    expected = sorted(star.sql(query.format(fact="store_sales_native")).collect(), key=repr)
+    first = dynsource.sql(star, query.format(fact="store_sales"))
+    assert sorted(first.collect(), key=repr) == expected
+    (assignment,) = dynsource.scan_report(first).assignments
+    assert assignment.handle is not None and "ss_sold_date_sk" in assignment.filter, str(dynsource.scan_report(first))
+    later = dynsource.sql(star, query.format(fact="store_sales"))
+    assert sorted(later.collect(), key=repr) == expected
+    assert LEFT_TO_SPARK.search(str(dynsource.scan_report(later))), str(dynsource.scan_report(later))
 
 
 @pytest.mark.parametrize("mode", ["auto", "collect"])

@@ -41,6 +41,19 @@ def test_workers_without_dynsource_fail_with_how_to_install(spark, bare_python):
     assert "pip install dynsource" in message and "PYSPARK_PYTHON" in message
 
 
+def test_the_probe_runs_in_the_background_and_dynsources_next_python_work_raises_what_it_found(
+        spark, bare_python, tmp_path, caplog):
+    import dynsource
+
+    session = spark.newSession()
+    with workers_running(spark, bare_python), caplog.at_level(logging.ERROR, logger="dynsource"):
+        deployment.start_check(session, "dynsource.spark.source")  # as dynsource.register does: it returns at once
+        with pytest.raises(deployment.WorkerSetupError, match="cannot import dynsource: ModuleNotFoundError"):
+            dynsource.write(session.range(3), str(tmp_path / "table"))  # its tasks would run in those workers
+    assert not (tmp_path / "table").exists()
+    assert any("cannot import dynsource" in record.getMessage() for record in caplog.records)
+
+
 def test_workers_that_cannot_start_fail_with_the_cause(spark, tmp_path):
     missing = str(tmp_path / "no-such-python")
     with workers_running(spark, missing), pytest.raises(deployment.WorkerSetupError) as raised:

@@ -90,7 +90,8 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     ``spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold``, 10 GB).
     A filter on partition columns only of a fact Spark's file reader reads from a local
     disk is left to Spark's own dynamic partition pruning (listing the whole table
-    there costs less than a collection) unless the session's
+    there costs less than a collection, once the session has read the table: its
+    first query of it collects) unless the session's
     ``spark.dynsource.partitionPruning`` is ``collect`` (default ``auto``).
     A local table's files are looked up at every query, so that files written
     since are read; with ``spark.dynsource.listingCheckIntervalMs`` (default 0)

@@ -246,8 +246,11 @@ def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int, spa
         return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
     survey = facts.survey(pruning.fact.table)
     # Spark's dynamic partition pruning takes an equality (not <=>) with a dimension holding a selective predicate.
+    # It lists the whole table first: in a session that never read the table (a batch job's first query), that
+    # listing costs more than a collection; later it is kept, and costs less.
     spark_prunes = (spark_prunes_local and (pruning.selective or pruning.filtered_by_subquery)
-                    and not pruning.null_safe)
+                    and not pruning.null_safe
+                    and filereader.planned_before(facts.spark, facts.definitions[pruning.fact.table].scan_options))
     return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
             or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
 

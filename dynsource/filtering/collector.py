@@ -23,7 +23,7 @@ from pybloom_live import BloomFilter
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dynsource import filtering
+from dynsource import deployment, filtering
 from dynsource.filtering import DEFAULT_FPP, KINDS, DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
 from dynsource.types import INTEGRAL, arrow_type, normalize_type
@@ -328,6 +328,7 @@ def _bloom(distinct: DataFrame, fields: list[tuple[str, str]], capacity: int, fp
     OR-ing in Spark rather than in the driver keeps the work parallel and the
     driver's share to one filter's bits, however many partitions there are.
     """
+    deployment.workers_checked(distinct.sparkSession)  # the partial filters are built in Spark's Python workers
     chunk_bytes = _CHUNK_BYTES  # read once: the workers get it with the function, not from their module
     build = functools.partial(_partial_bloom_chunks, fields=fields, capacity=capacity, fpp=fpp, chunk_bytes=chunk_bytes)
     chunks = distinct.mapInArrow(build, _CHUNKS_SCHEMA)

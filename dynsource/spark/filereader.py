@@ -68,6 +68,7 @@ LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, LruMap[DataFrame]] = weakref.WeakKeyDictionary()
 _READ_AGAIN: weakref.WeakKeyDictionary[SparkSession, LruMap[tuple[Listing, DataFrame]]] = weakref.WeakKeyDictionary()
 _OPENED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see _hadoop_opens
+_PLANNED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see planned_before
 
 
 def choose(spark: SparkSession, options: ScanOptions) -> tuple[str, str]:
@@ -100,6 +101,7 @@ def read_by_choice(spark: SparkSession, source: str, options: Mapping[str, str],
         df = read(spark, scan_options, table_schema, columns, Reader.of(source, options))
         if df is not None:
             return df
+    deployment.workers_checked(spark)  # the Python reader runs in Spark's Python workers
     if columns is None:
         return spark.read.format(source).schema(table_schema).options(**options).load()
     # The Python reader plans with the schema it reads: it must hold the columns partitionFilter names. A read of
@@ -112,10 +114,21 @@ def read_by_choice(spark: SparkSession, source: str, options: Mapping[str, str],
     return df if len(read_schema) == len(_projected(table_schema, columns)) else df.select(*_quoted(columns, df))
 
 
+def planned_before(spark: SparkSession, options: ScanOptions) -> bool:
+    """Whether the session planned a read of the table of ``options`` by Spark's reader before (its listing, and
+    Spark's file index of what it kept, may be warm)."""
+    return _table_key(options) in _PLANNED.get(spark, ())
+
+
+def _table_key(options: ScanOptions) -> str:
+    return options.base_path or options.path
+
+
 def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, columns: Sequence[str] | None,
          scan_reader: Reader) -> DataFrame | None:
     """The scan's rows read by Spark's file reader, only ``columns`` (None: all); None when a kept file's path
     is a pattern to Spark (``*``, ``[``...) and ``reader`` is ``auto``."""
+    _PLANNED.setdefault(spark, set()).add(_table_key(options))
     planned = ScanPlanner(options, table_schema, stored_schema=scan_reader.table is not None).plan()
     # A plan given again shares its listing: keyed by the listing's id, held (and compared) so the id stays its.
     again = (id(planned.listing), options, table_schema.json(), None if columns is None else tuple(columns))

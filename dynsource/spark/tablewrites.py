@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import partitions
+from dynsource import deployment, partitions
 from dynsource.layout import abandoned
 from dynsource.scan import files
 from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
@@ -48,6 +48,7 @@ def write(df: DataFrame, target: str, *, mode: str = "append", options: Mapping[
     if mode.lower() not in MODES:
         raise ValueError(f"Save mode {mode!r} is not valid; expected one of {list(MODES)}.")
     spark, options = df.sparkSession, dict(options or {})
+    deployment.workers_checked(spark)  # the tasks write in Spark's Python workers
     if is_path(target):
         scan_options = ScanOptions.parse({**options, "path": target})
         writer = df.write.format("dynsource").option("path", target)
