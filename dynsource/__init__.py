@@ -104,13 +104,13 @@ def __dir__() -> list[str]:
 def register(spark: SparkSession) -> None:
     """Register the ``dynsource`` data source with ``spark`` (calling it again is harmless).
 
-    Once per session it starts a small probe job, in the background, that checks
-    that Spark's Python workers can import dynsource; if not, the first read or
-    write of dynsource's that runs Python workers raises ``WorkerSetupError``,
-    saying what they lack and how to install it, and the probe logs it as an
-    ERROR. A job that reads only by Spark's file reader starts no Python worker
-    and does not wait for the probe. The registered source sends its read tasks'
-    figures to this process (a Spark accumulator) for :func:`scan_report`.
+    Before dynsource first runs code in Spark's Python workers (a read by its
+    Python reader, a write, a Bloom filter's build), a small probe job checks,
+    once per session, that they can import dynsource; if not,
+    ``WorkerSetupError`` says what they lack and how to install it. A job that
+    reads only by Spark's file reader starts no Python worker and runs no probe.
+    The registered source sends its read tasks' figures to this process (a Spark
+    accumulator) for :func:`scan_report`.
 
     It changes no Spark setting. In particular it leaves
     ``spark.sql.python.filterPushdown.enabled`` alone: dynsource prunes by
@@ -118,10 +118,8 @@ def register(spark: SparkSession) -> None:
     pushdown, whose planned reads go stale when a DataFrame is reused (see the
     docs/spark-known-issues.md).
     """
-    from dynsource import deployment
     from dynsource.scan import taskfigures
     from dynsource.spark import catalog, source
 
-    deployment.start_check(spark, source.__name__)
     spark.dataSource.register(source.DynsourceDataSource.with_figures(taskfigures.channel(spark)))
     catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.spark.catalog

@@ -19,7 +19,6 @@ import json
 import logging
 import threading
 import weakref
-from concurrent.futures import Future
 from importlib import metadata
 from typing import Any
 
@@ -36,8 +35,8 @@ INSTALL_HINT = (
     "'Running on a cluster' in dynsource's docs/object-stores-and-clusters.md."
 )
 _checked: weakref.WeakSet[SparkSession] = weakref.WeakSet()
-_started: weakref.WeakKeyDictionary[SparkSession, Future] = weakref.WeakKeyDictionary()
-_STARTED_LOCK = threading.Lock()
+_CHECK_LOCK = threading.Lock()
+WORKER_MODULE = "dynsource.spark.source"  # what Spark's Python workers import to read and write
 _warned: set[tuple[str, str]] = set()
 
 
@@ -81,52 +80,16 @@ def check_workers(spark: SparkSession, module: str) -> None:
     _checked.add(spark)
 
 
-def start_check(spark: SparkSession, module: str) -> None:
-    """Start :func:`check_workers` in the background, once per session: what it finds is raised by
-    :func:`workers_checked` and logged as an ERROR.
-
-    A job that reads only by Spark's file reader never starts a Python worker: the probe (the first Python
-    worker and the first job of a new session, 2-5 s on two cores) must not stand before its first query.
-    """
-    with _STARTED_LOCK:
-        if spark in _checked or spark in _started:
-            return
-        found: Future = Future()
-        _started[spark] = found
-    threading.Thread(target=_check_in_background, args=(spark, module, found), name="dynsource-worker-probe",
-                     daemon=True).start()
-
-
 def workers_checked(spark: SparkSession) -> None:
-    """Wait for the session's probe started by :func:`start_check`, if any, and raise what it found.
+    """:func:`check_workers` of dynsource's source module, before dynsource first runs code in Spark's Python
+    workers (a read by its Python reader, a write, a Bloom filter's build), once per session.
 
-    Raises
-    ------
-    WorkerSetupError
-        As :func:`check_workers`.
+    Not at :func:`dynsource.register`: a job that reads only by Spark's file reader never starts a Python worker,
+    and the probe (the session's first Python worker and a Spark job, 2-5 s in a new session on two cores) would
+    stand before its first query, or beside it, slowing it as much.
     """
-    found = _started.get(spark)
-    if found is not None:
-        found.result()
-
-
-def _check_in_background(spark: SparkSession, module: str, found: Future) -> None:
-    try:
-        check_workers(spark, module)
-    except WorkerSetupError as error:
-        if _stopped(spark):  # the job ended (and stopped its session) while the probe ran: nothing to report
-            found.set_result(None)
-            return
-        log.error("dynsource: %s", error)
-        found.set_exception(error)
-        return
-    found.set_result(None)
-
-
-def _stopped(spark: SparkSession) -> bool:
-    if is_connect(spark):
-        return bool(getattr(spark, "is_stopped", False))
-    return spark.sparkContext._jsc is None
+    with _CHECK_LOCK:  # concurrent first reads (dimensions collected side by side) run one probe
+        check_workers(spark, WORKER_MODULE)
 
 
 def _probe(spark: SparkSession, module: str) -> list[dict[str, Any]]:

@@ -41,17 +41,17 @@ def test_workers_without_dynsource_fail_with_how_to_install(spark, bare_python):
     assert "pip install dynsource" in message and "PYSPARK_PYTHON" in message
 
 
-def test_the_probe_runs_in_the_background_and_dynsources_next_python_work_raises_what_it_found(
-        spark, bare_python, tmp_path, caplog):
+def test_dynsources_first_python_work_of_a_session_checks_the_workers_and_says_what_they_lack(
+        spark, bare_python, tmp_path):
     import dynsource
+    from dynsource.spark import source
 
-    session = spark.newSession()
-    with workers_running(spark, bare_python), caplog.at_level(logging.ERROR, logger="dynsource"):
-        deployment.start_check(session, "dynsource.spark.source")  # as dynsource.register does: it returns at once
-        with pytest.raises(deployment.WorkerSetupError, match="cannot import dynsource: ModuleNotFoundError"):
-            dynsource.write(session.range(3), str(tmp_path / "table"))  # its tasks would run in those workers
+    assert source.__name__ == deployment.WORKER_MODULE
+    session = spark.newSession()  # dynsource.register ran in the suite's session: it runs no probe
+    with (workers_running(spark, bare_python),
+          pytest.raises(deployment.WorkerSetupError, match="cannot import dynsource: ModuleNotFoundError")):
+        dynsource.write(session.range(3), str(tmp_path / "table"))  # its tasks would run in those workers
     assert not (tmp_path / "table").exists()
-    assert any("cannot import dynsource" in record.getMessage() for record in caplog.records)
 
 
 def test_workers_that_cannot_start_fail_with_the_cause(spark, tmp_path):
