@@ -200,9 +200,10 @@ class Resolver:
         if session is None or (len(parts) == 1 and parts[0] in self.frames):
             return None
         try:
-            if len(parts) == 1 and self.is_temporary_view(parts[0]):
-                found = metastore.temporary_view(session, parts[0])
-                return None if found is None else (parts, found)
+            if len(parts) == 1:
+                temporary, found = metastore.temporary_view(session, parts[0])
+                if temporary:
+                    return None if found is None else (parts, found)
             if len(parts) == 2 and parts[0] == self.global_database:
                 found = metastore.global_view(session, parts[1])
                 return None if found is None else (parts, found)

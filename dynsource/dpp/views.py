@@ -38,9 +38,11 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import nameresolution, sqltree
+from dynsource.lru import LruMap
 from dynsource.spark import metastore
 
 MAX_DEPTH = 32  # views over views: deeper ones are read as Spark reads them
+SHAPES_KEPT = 256
 _INNER_ALIAS = "`__dynsource_view`"
 _PLAIN = frozenset({"this", "db", "catalog", "alias"})  # a reference with anything else (TABLESAMPLE, ...) is kept
 
@@ -57,6 +59,20 @@ class NotSeenThrough(Exception):
     """Why a view is read as Spark reads it."""
 
 
+@dataclass(frozen=True)
+class _Reference:
+    """A table reference of a query as written: its name parts, span, alias and shown name."""
+
+    parts: tuple[str, ...]
+    start: int
+    end: int
+    aliased: bool
+    shown: str
+
+
+_shapes: LruMap[tuple[tuple[_Reference, ...], frozenset[str]]] = LruMap(SHAPES_KEPT)
+
+
 def expand(spark: SparkSession, query: str, parsed_text: str, kept: Collection[int] = ()) -> Expanded:
     """``query`` with each reference to a view over a registered dynsource table replaced by the view's text.
 
@@ -64,34 +80,46 @@ def expand(spark: SparkSession, query: str, parsed_text: str, kept: Collection[i
     unchanged); references starting at ``kept`` (those with options) stay as written.
     """
     try:
-        parsed = sqlglot.parse_one(parsed_text, read="spark")
+        references, ctes = _shape(parsed_text)
     except SqlglotError:
         return Expanded(query)  # nothing can be analysed: the query runs as written
     try:
-        return _expanded(spark, query, parsed, kept)
+        return _expanded(spark, query, [r for r in references if r.start not in kept], ctes)
     except Exception as error:  # seeing through must never fail a query spark.sql runs
         return Expanded(query, (f"the query's views could not be analysed, each is read as Spark reads it: {error}",))
 
 
-def _expanded(spark: SparkSession, query: str, parsed: exp.Expression, kept: Collection[int]) -> Expanded:
+def _shape(text: str) -> tuple[tuple[_Reference, ...], frozenset[str]]:
+    """The plain table references of ``text`` (no TABLESAMPLE or time travel) and its CTEs' names, parsed once
+    per text: a warm session runs the same texts again (sqlglot's parse is 1-3 ms of a TPC-DS query)."""
+    shape = _shapes.get(text)
+    if shape is None:
+        parsed = sqlglot.parse_one(text, read="spark")
+        references = tuple(
+            _Reference(tuple(part.name.lower() for part in table.parts), sqltree.start(table), _end(table),
+                       bool(table.args.get("alias")), sqltree.shown_name(table))
+            for table in nameresolution.references(parsed)
+            if not any(value for key, value in table.args.items() if key not in _PLAIN))
+        shape = (references, frozenset(cte.alias_or_name.lower() for cte in parsed.find_all(exp.CTE)))
+        _shapes.put(text, shape)
+    return shape
+
+
+def _expanded(spark: SparkSession, query: str, references: Sequence[_Reference], ctes: Collection[str]) -> Expanded:
     resolver = nameresolution.Resolver(spark)
-    ctes = {cte.alias_or_name.lower() for cte in parsed.find_all(exp.CTE)}
     edits, notes = [], []
-    for table in nameresolution.references(parsed):
-        start = sqltree.start(table)
-        if start in kept or any(value for key, value in table.args.items() if key not in _PLAIN):
-            continue
-        found = resolver.view(tuple(part.name for part in table.parts))
+    for reference in references:
+        found = resolver.view(reference.parts)
         if found is None:
             continue
         try:
             text = _seen_through(spark, resolver, found[1], ctes, 1)
         except NotSeenThrough as why:
-            notes.append(f"view {sqltree.shown_name(table)} is read as Spark reads it: {why}")
+            notes.append(f"view {reference.shown} is read as Spark reads it: {why}")
             continue
         if text is not None:
-            alias = "" if table.args.get("alias") else f" AS {metastore.quoted(found[0][-1])}"
-            edits.append((start, _end(table), f"({text}){alias}"))
+            alias = "" if reference.aliased else f" AS {metastore.quoted(found[0][-1])}"
+            edits.append((reference.start, reference.end, f"({text}){alias}"))
     return Expanded(_spliced(query, edits), tuple(notes))
 
 

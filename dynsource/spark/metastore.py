@@ -85,9 +85,11 @@ class ViewDefinition:
     temporary: bool
 
 
-def temporary_view(session: SessionCatalog, name: str) -> ViewDefinition | None:
-    """The session's temporary view ``name`` if SQL text defines it (a DataFrame's view holds a plan)."""
-    return _view_definition(session.catalog.getRawTempView(name), temporary=True)
+def temporary_view(session: SessionCatalog, name: str) -> tuple[bool, ViewDefinition | None]:
+    """Whether the session has a temporary view ``name``, and its definition if SQL text defines it (a DataFrame's
+    view holds a plan)."""
+    raw = session.catalog.getRawTempView(name)
+    return (True, _view_definition(raw, temporary=True)) if raw.isDefined() else (False, None)
 
 
 def global_view(session: SessionCatalog, name: str) -> ViewDefinition | None:
