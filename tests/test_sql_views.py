@@ -62,8 +62,8 @@ SHAPES = {
                  "UNION ALL SELECT v + 1000, date_key FROM views_sales WHERE region = 'west'"], "v_union",
                 "date_key", "v", "SELECT v, date_key FROM views_native WHERE region = 'east' "
                                  "UNION ALL SELECT v + 1000, date_key FROM views_native WHERE region = 'west'"),
-    "a join": (["CREATE TEMP VIEW v_join AS SELECT s.v, s.date_key FROM views_sales s JOIN view_dates "
-                "ON s.date_key = view_dates.d"], "v_join", "date_key", "v",
+    "a join": (["CREATE TEMP VIEW v_join AS SELECT s.v, s.date_key FROM Views_Sales s JOIN View_Dates "
+                "ON s.date_key = View_Dates.d"], "v_join", "date_key", "v",
                "SELECT s.v, s.date_key FROM views_native s JOIN view_dates ON s.date_key = view_dates.d"),
 }
 QUERY = "SELECT count(*), sum({value}) FROM {view} JOIN view_dates ON {key} = d WHERE chosen"
