@@ -15,7 +15,7 @@ import dynsource
 from dynsource.layout import commits, directories
 from dynsource.layout.watches import Watches
 from dynsource.lru import LruMap
-from dynsource.scan import planner, report, taskfigures
+from dynsource.scan import latechecks, planner, report, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.tableschema import infer_schema
 
@@ -75,32 +75,32 @@ def test_files_added_removed_or_rewritten_in_place_are_planned_anew(settled):
 
 def test_a_plan_given_before_its_check_ends_reports_whether_the_check_held(settled):
     first = plan(settled)
-    with planner.checked_later() as checks:
+    with latechecks.checked_later() as checks:
         again = plan(settled)
     assert again.listing is first.listing and checks.held()
     rewritten = settled / "day=2" / "part-0.parquet"
     write(rewritten, [1, 2, 3, 4, 5, 6, 7, 8])  # the same name, other bytes
-    with planner.checked_later() as checks:
+    with latechecks.checked_later() as checks:
         trusted = plan(settled)
     assert trusted.listing is first.listing and not checks.held()  # given at once, its check failed
     planned = plan(settled)  # what dynsource.sql does then: plan again, checking first
     assert planned.listing is not first.listing
     assert files(planned)["day=2/part-0.parquet"] == rewritten.stat().st_size
-    with planner.checked_later() as checks:
+    with latechecks.checked_later() as checks:
         assert plan(settled).listing is planned.listing
     assert checks.held()
 
 
 def test_a_report_recorded_inside_checked_later_is_saved_beside_the_caller_and_by_held(settled, tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
-    with planner.checked_later() as checks:
+    with latechecks.checked_later() as checks:
         planned = plan(settled, filterStore=str(store))
         planner.record(planned, input_partitions=None, task_figures=taskfigures.PLANNED_ONLY, reader=None,
                            read_by="spark")
     assert checks.held()
     saved = report.table_scans(None, str(settled), planned.options.filter_store)
     assert [scan.scan_id for scan in saved] == [planned.scan_id]
-    with planner.checked_later() as checks:
+    with latechecks.checked_later() as checks:
         checks.defer(lambda: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # a deferred failure is the caller's, as it would have been at once
         checks.held()
@@ -109,10 +109,10 @@ def test_a_report_recorded_inside_checked_later_is_saved_beside_the_caller_and_b
 def test_within_its_check_interval_a_plan_found_alike_is_given_without_a_check(settled):
     first = plan(settled)
     write(settled / "day=4" / "part-0.parquet", [4])  # a partition added
-    with planner.checked_later(check_interval_ms=60_000) as checks:
+    with latechecks.checked_later(check_interval_ms=60_000) as checks:
         trusted = plan(settled)
     assert trusted.listing is first.listing and checks.held()  # no check made, so none failed
-    with planner.checked_later() as checks:  # no interval: checked
+    with latechecks.checked_later() as checks:  # no interval: checked
         assert plan(settled).listing is first.listing
     assert not checks.held()
     assert plan(settled).values == ((1,), (2,), (3,), (4,))
@@ -121,15 +121,15 @@ def test_within_its_check_interval_a_plan_found_alike_is_given_without_a_check(s
 def test_the_check_interval_counts_from_when_the_plan_was_last_found_alike(settled):
     first = plan(settled)
     time.sleep(1.1)
-    with planner.checked_later(check_interval_ms=1000) as checks:
+    with latechecks.checked_later(check_interval_ms=1000) as checks:
         assert plan(settled).listing is first.listing  # found alike more than a second ago: checked again
     assert checks.held()
     write(settled / "day=4" / "part-0.parquet", [4])
-    with planner.checked_later(check_interval_ms=1000) as checks:
+    with latechecks.checked_later(check_interval_ms=1000) as checks:
         assert plan(settled).listing is first.listing  # found alike just now: given as found
     assert checks.held()
     time.sleep(1.1)
-    with planner.checked_later(check_interval_ms=1000) as checks:
+    with latechecks.checked_later(check_interval_ms=1000) as checks:
         plan(settled)
     assert not checks.held()  # the interval over, the check sees the new partition
 

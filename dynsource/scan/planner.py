@@ -14,25 +14,22 @@ changed since, as their inotify watches or their ``stat`` calls tell). Checking 
 filtering and checks: on TPC-DS ``store_sales`` (1,823 partitions) 1-3 ms by watches, 20 ms by ``stat``, and by
 watches a ``stat`` of the top directory while nothing happened since the last check passed.
 
-Inside :func:`checked_later` (``dynsource.sql`` runs a query's planning there) a kept plan is given at once and
-checked on a thread beside the caller, which meanwhile has Spark analyse the query; the scan's report is saved
-on that thread too. The caller plans again, checking first, if any check fails (:meth:`LateChecks.held`). There
-a caller may also trust a plan found alike less than ``check_interval_ms`` ago without checking it again, as
-Trino trusts its file status cache for ``hive.file-status-cache-expire-time``: files written within the
-interval may be missed until it ends.
+Inside :func:`dynsource.scan.latechecks.checked_later` (``dynsource.sql`` runs a query's planning there) a
+kept plan is given at once and checked on a thread beside the caller, which meanwhile has Spark analyse the
+query; the scan's report is saved on that thread too. The caller plans again, checking first, if any check
+fails. There a caller may also trust a plan found alike less than ``check_interval_ms`` ago without checking
+it again, as Trino trusts its file status cache for ``hive.file-status-cache-expire-time``: files written within
+the interval may be missed until it ends.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +42,7 @@ from dynsource.layout import directories
 from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.layout.listing import Listing
 from dynsource.lru import LruMap
-from dynsource.scan import files, report, rowfilter, splits, taskfigures
+from dynsource.scan import files, latechecks, report, rowfilter, splits, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader
 from dynsource.scan.rowfilter import RowFilterSpec
@@ -58,51 +55,10 @@ _EXCEEDED_FIX = "collect it with a larger max_rows or max_bytes, or with kinds t
 # The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
 _warned_whole: set[str] = set()
 KEPT_PLANS = 64
-# The session setting of :func:`checked_later`'s interval, in dynsource.sql (0: every kept plan checked).
+# The session setting of the interval of dynsource.sql's late checks (0: every kept plan checked).
 CHECK_INTERVAL_CONF = "spark.dynsource.listingCheckIntervalMs"
 # By (options, schema): the plan, and when its walk was last found alike (time.perf_counter() before the check).
 _kept_plans: LruMap[tuple[PlannedScan, float]] = LruMap(KEPT_PLANS)
-_CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynsource-check")
-
-
-class LateChecks:
-    """The checks of the plans given again inside one :func:`checked_later`, running beside the caller; a plan
-    found alike less than ``interval_s`` ago is given without one."""
-
-    def __init__(self, interval_s: float = 0.0) -> None:
-        self.interval_s = interval_s
-        self._pending: list[Future[bool]] = []
-        self._deferred: list[Future[None]] = []
-
-    def submit(self, check: Callable[[], bool]) -> None:
-        self._pending.append(_CHECKER.submit(check))
-
-    def defer(self, work: Callable[[], None]) -> None:
-        """Run ``work`` beside the caller too (a report's save); :meth:`held` waits for it and raises its error."""
-        self._deferred.append(_CHECKER.submit(work))
-
-    def held(self) -> bool:
-        """Whether each plan given again would have been given after its check (waits for the checks)."""
-        for work in self._deferred:
-            work.result()
-        return all(check.exception() is None and check.result() for check in self._pending)
-
-
-_late_checks: contextvars.ContextVar[LateChecks | None] = contextvars.ContextVar("dynsource_late_checks",
-                                                                                 default=None)
-
-
-@contextlib.contextmanager
-def checked_later(check_interval_ms: int = 0) -> Iterator[LateChecks]:
-    """Plans made in this thread inside the block give a kept plan before its check ends, or without one when it
-    was found alike less than ``check_interval_ms`` ago (see the module's docstring); the caller must not use
-    what it built from them unless :meth:`LateChecks.held`."""
-    checks = LateChecks(check_interval_ms / 1000)
-    token = _late_checks.set(checks)
-    try:
-        yield checks
-    finally:
-        _late_checks.reset(token)
 
 
 @dataclass(frozen=True)
@@ -202,8 +158,9 @@ class ScanPlanner:
 
     def _given_again(self, key: Hashable, kept: PlannedScan, alike_at: float) -> bool:
         """Whether ``kept``, found alike at ``alike_at``, is given again: once its check passes, or at once inside
-        :func:`checked_later` (without a check while its interval since ``alike_at`` lasts)."""
-        late = _late_checks.get()
+        :func:`~dynsource.scan.latechecks.checked_later` (without a check while its interval since ``alike_at``
+        lasts)."""
+        late = latechecks.current()
         if late is not None and time.perf_counter() - alike_at < late.interval_s:
             return True
         check = functools.partial(_check, self.walk[0], key, kept)
@@ -398,7 +355,7 @@ def _report(
         task_filter_bytes=len(row_filter.payload) if row_filter is not None and read_by == "python" else None,
     )
     scan.log()
-    late = _late_checks.get()
+    late = latechecks.current()
     if late is None:
         _save(scan, options)
     else:  # a few ms of file writes, beside Spark's analysis of the query
