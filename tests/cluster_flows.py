@@ -209,17 +209,54 @@ def readers(spark, dynsource, paths):
     return result
 
 
+def names_change(spark, dynsource, paths):
+    """One query text run again while its names change meaning: each run's rows equal ``spark.sql``'s of the text
+    then; how many runs were planned twice (over Spark Connect, names an earlier query resolved are trusted and
+    confirmed beside the query: planned again where they mean something else now)."""
+    spark.conf.set("spark.dynsource.partitionPruning", "auto")
+    planned_again = _Records("planned again")
+    logging.getLogger("dynsource.dpp.query").addHandler(planned_again)
+    logging.getLogger("dynsource.dpp.query").setLevel(logging.DEBUG)
+    dynsource.register_table(spark, "cluster_names_sales", path=paths["store_sales"], replace=True)
+    spark.read.parquet(paths["date_dim"]).createOrReplaceTempView("cluster_names_dates")
+    query = f"""SELECT d_moy, count(*), sum(ss_sales_price) FROM cluster_names_sales s
+                JOIN cluster_names_dates d ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {MONTH} GROUP BY d_moy"""
+    runs = []
+
+    def run(step: str) -> None:
+        before = len(planned_again.messages)
+        df = dynsource.sql(spark, query)
+        runs.append({"step": step, "rows": rows(df), "spark": rows(spark.sql(query)),
+                     "planned_again": len(planned_again.messages) - before})
+
+    run("first")
+    run("again")
+    spark.read.parquet(paths["date_dim"]).where("d_date_sk % 2 = 0").createOrReplaceTempView("cluster_names_dates")
+    run("dates replaced")
+    spark.read.parquet(paths["store_sales"]).where("ss_customer_sk < 100").createOrReplaceTempView(
+        "cluster_names_sales")
+    run("table shadowed by a temporary view")
+    spark.catalog.dropTempView("cluster_names_sales")
+    run("temporary view dropped")
+    logging.getLogger("dynsource.dpp.query").removeHandler(planned_again)
+    return {"runs": runs}
+
+
 FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in (demo_join, row_filter, dynamic_join, catalog_sql, auto_dpp,
-                                                           late_filter, s3_store, readers)}
+                                                           late_filter, s3_store, readers, names_change)}
 
 
-class _Warnings(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+class _Records(logging.Handler):
+    """The messages logged at ``level`` or above that contain ``containing``."""
+
+    def __init__(self, containing: str = "", level: int = logging.DEBUG) -> None:
+        super().__init__(level)
+        self.containing = containing
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        if self.containing in record.getMessage():
+            self.messages.append(record.getMessage())
 
 
 def session(args: argparse.Namespace):
@@ -244,7 +281,7 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     import dynsource
 
-    warnings = _Warnings()
+    warnings = _Records(level=logging.WARNING)
     logging.getLogger("dynsource").addHandler(warnings)
     data = Path(args.data)
     paths = write_tables(data) if not data.exists() else {n: str(data / n) for n in ("store_sales", "date_dim",

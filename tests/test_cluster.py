@@ -121,6 +121,20 @@ def test_auto_reads_with_sparks_reader_where_the_server_opens_the_files(request,
     assert result["written"]["read_by"] == "spark"
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_query_run_again_while_its_names_change_meaning_reads_what_they_mean_now(request, mode):
+    """Over Spark Connect a name an earlier query resolved is trusted and confirmed beside the query: a run whose
+    names mean what they meant is planned once (a view replaced by other rows of the same columns too: the query
+    names it, the server reads what it holds now), one where a temporary view shadows (or no longer shadows) the
+    registered table is planned again, and every run's rows are Spark's."""
+    runs = flow(request, mode, "names_change")["runs"]
+    for run in runs:
+        assert run["rows"] == run["spark"], run["step"]
+    assert len({json.dumps(run["rows"]) for run in runs}) == 3  # the replaced and shadowing views change the rows
+    planned_again = [run["planned_again"] for run in runs]
+    assert planned_again == ([0, 0, 0, 1, 1] if mode == "connect" else [0, 0, 0, 0, 0])
+
+
 def test_executors_never_open_a_filter_store(cluster, classic, connect):
     assert cluster.worker_home.is_dir()
     assert not (cluster.worker_home / ".cache" / "dynsource").exists()

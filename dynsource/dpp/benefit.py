@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from dynsource import storage
+from dynsource import settings, storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout import directories
 from dynsource.layout.enumerator import PartitionEnumerator
@@ -61,6 +61,7 @@ MIN_SAMPLE_ROWS = 30  # fewer judge nothing; 30 rows all kept by a filter keepin
 SAMPLE_FILES = 8  # the most data files read to make MIN_SAMPLE_ROWS rows (each a listing and a read)
 MIN_SCAN_CONF = "spark.dynsource.dataFilterMinScanBytes"
 SPARK_MIN_SCAN_CONF = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
+SPARK_MIN_SCAN_DEFAULT = "10GB"  # Spark's default for it (since 3.3)
 PRUNING_CONF = "spark.dynsource.partitionPruning"
 PRUNING_MODES = ("auto", "collect")  # auto: left_to_spark decides; collect: dynsource collects wherever it pays
 SPARK_DPP_CONF = "spark.sql.optimizer.dynamicPartitionPruning.enabled"
@@ -153,7 +154,7 @@ def _walk(enumerator: PartitionEnumerator, column_types: Mapping[str, str], deep
 
 def min_scan_bytes(spark: SparkSession) -> int:
     """The session's ``spark.dynsource.dataFilterMinScanBytes`` (Spark's runtime filter threshold when unset)."""
-    text = spark.conf.get(MIN_SCAN_CONF, None) or spark.conf.get(SPARK_MIN_SCAN_CONF)
+    text = settings.get(spark, MIN_SCAN_CONF) or settings.get(spark, SPARK_MIN_SCAN_CONF, SPARK_MIN_SCAN_DEFAULT)
     # Spark's byte strings (10737418240b, 512m, 10gb), read here: a Spark Connect client has no JVM to ask.
     match = _SIZE.fullmatch(text.strip())
     if match is None:
@@ -165,11 +166,11 @@ def min_scan_bytes(spark: SparkSession) -> int:
 def spark_prunes_local(spark: SparkSession) -> bool:
     """Whether :func:`left_to_spark` applies in the session: ``spark.dynsource.partitionPruning`` is ``auto`` (the
     default) and Spark's own dynamic partition pruning is on."""
-    text = spark.conf.get(PRUNING_CONF, None) or "auto"
+    text = settings.get(spark, PRUNING_CONF) or "auto"
     mode = text.strip().lower()
     if mode not in PRUNING_MODES:
         raise ValueError(f"{PRUNING_CONF} must be one of {', '.join(PRUNING_MODES)}; got {text!r}.")
-    return mode == "auto" and (spark.conf.get(SPARK_DPP_CONF, None) or "true").strip().lower() == "true"
+    return mode == "auto" and (settings.get(spark, SPARK_DPP_CONF) or "true").strip().lower() == "true"
 
 
 def left_to_spark(fact_columns: Sequence[str], survey: Survey) -> str | None:

@@ -11,15 +11,28 @@ three parts name ``db.table`` and ``spark_catalog.db.table``; ``global_temp.v``
 reference is a dynsource table only when Spark resolves it to a catalog table
 whose provider is that table's dynsource source, so a temporary view, a CTE or
 another source with the same name is read as Spark reads it.
+
+Over Spark Connect each lookup is a round trip to the server (15-25 ms), on
+the way of every query. There a name a session's earlier query resolved is
+given on trust inside :func:`dynsource.scan.latechecks.checked_later` (as
+``dynsource.sql`` resolves) and confirmed beside the caller, which meanwhile
+has the server analyse the rewritten query: by the semantic hash and schema of
+the name's analysed plan, two cheap analyses, where the hash stays the same
+while the name means the same (Spark's canonical plan; it holds no column
+names, hence the schema too); by a full lookup for a registered dynsource
+table, whose plan's hash changes at every analysis. Where a name means
+something else now, the caller resolves the query again.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
@@ -30,12 +43,20 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from dynsource import deployment
 from dynsource.dpp.sqltree import TEMPORARY
+from dynsource.lru import LruMap
+from dynsource.scan import latechecks
 from dynsource.spark import catalog, metastore
 
 _CONNECT_LOOKUPS = 8  # a query's names looked up at once over Spark Connect
+# The analysis requests of those lookups: leaf tasks only (none waits for another), so the pool cannot deadlock.
+_REQUESTS = ThreadPoolExecutor(max_workers=3 * _CONNECT_LOOKUPS, thread_name_prefix="dynsource-lookup")
+KNOWN_NAMES = 256  # a session's names kept over Spark Connect
 # In the analysed plan of spark.table(name): what the name resolved to, and the Python data source reading it.
 _ALIAS = re.compile(r"^== Analyzed Logical Plan ==\n.*\n(?:[+|: -]*)SubqueryAlias (\S+)$", re.MULTILINE)
 _PYTHON_SCAN = re.compile(r"BatchScan (\S+?)\[.*\(Python\)")
+# In the analysed plan of spark.table(name).limit(0): a catalog table read by a data source V2, and its columns.
+_V2_RELATION = re.compile(r"^[+|: -]*SubqueryAlias (\S+)\n[+|: -]*RelationV2\[([^\]]*)\] (\S+)$", re.MULTILINE)
+_ATTRIBUTE_ID = re.compile(r"#\d+$")
 
 
 @dataclass(frozen=True)
@@ -50,6 +71,18 @@ class Relation:
     @property
     def key(self) -> str:
         return f"{self.database}.{self.name}"
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a name resolved to over Spark Connect, and how to confirm it cheaply."""
+
+    relation: Relation
+    semantic_hash: int | None  # of the name's analysed plan; None: confirmed by a full lookup
+    current_database: str | None  # learned from a one-part name that resolved to a catalog table
+
+
+_known: weakref.WeakKeyDictionary[SparkSession, LruMap[_Known]] = weakref.WeakKeyDictionary()
 
 
 def references(parsed: exp.Expression) -> list[exp.Table]:
@@ -91,9 +124,43 @@ class Resolver:
         looked up side by side."""
         if deployment.is_connect(self.spark):
             unresolved = list(dict.fromkeys(tuple(p.lower() for p in parts) for parts in names) - self._resolved.keys())
+            trusted = self._trusted(unresolved)
+            if trusted:
+                latechecks.current().submit(functools.partial(self._confirmed, trusted))
             with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
-                list(pool.map(self.resolve, unresolved))
+                list(pool.map(self.resolve, [parts for parts in unresolved if parts not in trusted]))
         return [self.resolve(parts) for parts in names]
+
+    def _trusted(self, names: Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], _Known]:
+        """Those of ``names`` resolved as an earlier query of the session resolved them, to be confirmed beside the
+        caller (inside :func:`~dynsource.scan.latechecks.checked_later` only)."""
+        known = _known.get(self.spark)
+        if latechecks.current() is None or known is None:
+            return {}
+        trusted = {parts: found for parts in names if parts[0] not in self.frames
+                   and (found := known.get(parts)) is not None}
+        for parts, found in trusted.items():
+            self._resolved[parts] = found.relation
+            if found.current_database is not None:
+                self.__dict__.setdefault("current_database", found.current_database)
+        return trusted
+
+    def _confirmed(self, trusted: Mapping[tuple[str, ...], _Known]) -> bool:
+        """Whether each name of ``trusted`` still resolves to the relation it resolved to (asked side by side)."""
+        with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
+            return all(pool.map(self._still, trusted, trusted.values()))
+
+    def _still(self, parts: tuple[str, ...], found: _Known) -> bool:
+        df = self.spark.table(metastore.quoted(*parts))
+        try:
+            if found.semantic_hash is not None:
+                if _at_once(df.semanticHash, lambda: df.schema) == (found.semantic_hash, found.relation.schema):
+                    return True
+            elif found.relation.definition is not None:
+                return _still_registered(self.spark, found.relation, df.limit(0)._explain_string(extended=True))
+        except AnalysisException:
+            return False
+        return self._connect_lookup(parts, found) == found.relation
 
     def _lookup(self, parts: tuple[str, ...]) -> Relation | None:
         if len(parts) == 1 and parts[0] in self.frames:
@@ -127,37 +194,52 @@ class Resolver:
             return None
         return self._catalog_relation(self.current_database, name)
 
-    def _connect_lookup(self, parts: tuple[str, ...]) -> Relation | None:
-        """A name as the server resolves it, in two analysis requests (no catalog command, which costs a query's
-        round trip each): the relation's analysed plan names what the name resolved to (its ``SubqueryAlias``: a
-        temporary view's name, ``global_temp.v``, ``spark_catalog.db.t``) and, for a Python data source, the
-        source that reads it (``BatchScan dynsource.db.t``)."""
+    def _connect_lookup(self, parts: tuple[str, ...], known: _Known | None = None) -> Relation | None:
+        """A name as the server resolves it, in analysis requests sent at once (no catalog command, which costs a
+        query's round trip each): the relation's analysed plan names what the name resolved to (its
+        ``SubqueryAlias``: a temporary view's name, ``global_temp.v``, ``spark_catalog.db.t``) and, for a Python
+        data source, the source that reads it (``BatchScan dynsource.db.t``); its schema and semantic hash. What it
+        finds is kept for the session's later queries; ``known`` is what was kept before."""
         df = self.spark.table(metastore.quoted(*parts))
         try:
-            plan = df._explain_string(extended=True)
+            plan, schema, semantic_hash = _at_once(lambda: df._explain_string(extended=True), lambda: df.schema,
+                                                   df.semanticHash)
         except AnalysisException:
             return None  # a name Spark will report as missing
+        relation, current_database = self._analysed(parts, plan, schema)
+        if relation is not None:
+            if relation.definition is not None or (
+                    known is not None and known.relation == relation and known.semantic_hash != semantic_hash):
+                semantic_hash = None  # a hash that changes while the name means the same confirms nothing
+            if current_database is not None:
+                self.__dict__.setdefault("current_database", current_database)
+            _known.setdefault(self.spark, LruMap(KNOWN_NAMES)).put(parts, _Known(relation, semantic_hash,
+                                                                                current_database))
+        return relation
+
+    def _analysed(self, parts: tuple[str, ...], plan: str,
+                  schema: StructType) -> tuple[Relation | None, str | None]:
+        """The relation the analysed ``plan`` of ``parts`` shows, and the current database it tells."""
         alias = _ALIAS.search(plan)
         if alias is None:
-            return None
+            return None, None
         resolved = alias[1].lower().split(".")
         if len(resolved) == 1:
-            return Relation(TEMPORARY, resolved[0], df.schema)
+            return Relation(TEMPORARY, resolved[0], schema), None
         if len(resolved) == 2 and resolved[0] == self.global_database:
-            return Relation(self.global_database, resolved[1], df.schema)
+            return Relation(self.global_database, resolved[1], schema), None
         if len(resolved) != 3 or resolved[0] != "spark_catalog":
-            return None
+            return None, None
         database, name = resolved[1:]
-        if len(parts) == 1:  # a catalog table named without its database lies in the current one: no need to ask
-            self.__dict__.setdefault("current_database", database)
+        current_database = database if len(parts) == 1 else None  # a catalog table named alone lies in the current
         source = _PYTHON_SCAN.search(plan)
         if source is not None and source[1].lower() == f"{catalog.SOURCE_PREFIX}{database}.{name}":
             try:
                 definition = catalog.load_definition(self.spark, f"{database}.{name}")
-                return Relation(database, name, definition.schema, definition)
+                return Relation(database, name, definition.schema, definition), current_database
             except ValueError:
                 pass  # its definition is gone: read as Spark reads it
-        return Relation(database, name, df.schema)
+        return Relation(database, name, schema), current_database
 
     def _temporary_view(self, name: str) -> Relation | None:
         """A temporary view of the session. One made from a DataFrame holds its analysed plan, whose schema the
@@ -223,3 +305,27 @@ class Resolver:
         session = self._session_catalog
         return session is not None and session.catalog.isTempView(session.identifier(name))
 
+
+def _still_registered(spark: SparkSession, relation: Relation, plan: str) -> bool:
+    """Whether the analysed ``plan`` of a name's ``limit(0)`` shows the registered table ``relation`` it resolved to
+    before: the same catalog table, read by a data source V2 (as a Python data source is), with the same columns,
+    and the same definition registered. The limit keeps Spark from planning the scan, which for a Python data source
+    starts a Python worker (the full lookup's physical plan named the source itself)."""
+    found = _V2_RELATION.search(plan)
+    qualified = f"spark_catalog.{relation.key}"
+    if found is None or found[1].lower() != qualified or found[3].lower() != qualified:
+        return False
+    columns = [_ATTRIBUTE_ID.sub("", column) for column in found[2].split(", ")]
+    if columns != relation.schema.names:
+        return False
+    try:
+        return catalog.load_definition(spark, relation.key) == relation.definition
+    except ValueError:
+        return False  # its definition is gone
+
+
+def _at_once(*requests: Callable[[], Any]) -> tuple[Any, ...]:
+    """The results of ``requests`` (round trips to a Spark Connect server) sent side by side; the first one's
+    error, in their order, is raised."""
+    futures = [_REQUESTS.submit(request) for request in requests]
+    return tuple(future.result() for future in futures)

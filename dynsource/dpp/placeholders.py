@@ -8,13 +8,15 @@ temporary views it makes for that call as soon as the query is analysed, and
 Spark Connect sends the DataFrames' plans with the query, so no temporary view
 is left in the session either way. A DataFrame read again by later queries (a
 fact scan the planner gives again) is named instead by its lasting view in
-Spark's global temporary database, made once (:mod:`dynsource.spark.globalviews`).
+Spark's global temporary database, made once (:mod:`dynsource.spark.globalviews`);
+on Spark Connect, by the temporary view of the kept files its scan reads
+(:mod:`dynsource.spark.connect`).
 
 On Spark Connect, a local checkpoint lives on the server only while the
 client's DataFrame of it does: PySpark removes it when that object is garbage
 collected. ``spark.sql`` returns a DataFrame that names the checkpoint by id
 but holds no reference to it, so :meth:`Frames.sql` ties the DataFrames it
-passed to the returned plan: the checkpoints live as long as the result or any
+named to the returned plan: the checkpoints and views live as long as the result or any
 DataFrame derived from it. A DataFrame built from the text of a further
 ``spark.sql(..., x=result)`` call holds only ids again, so keep ``result``
 while using it.
@@ -32,7 +34,7 @@ from sqlglot.tokens import TokenType
 
 from dynsource import deployment
 from dynsource.dpp import sqltree
-from dynsource.spark import globalviews
+from dynsource.spark import connect, globalviews
 
 PREFIX = "__dynsource_"
 _NAMES = (TokenType.VAR, TokenType.IDENTIFIER)
@@ -77,7 +79,7 @@ class Frames:
             if remade == formatted:
                 raise
             result = _sql(spark, remade, args, **kwargs, **used)
-        _hold(result, used.values())
+        _hold(result, self._frames.values())  # also those named by a view that lives while they do
         return result
 
     def _formatted(self, spark: SparkSession, text: str, is_format: bool,
@@ -86,7 +88,8 @@ class Frames:
         ``{placeholder}`` field, and the DataFrames of those fields."""
         spans = [(token.start, token.end + 1, token.text) for token in sqltree.tokens(text)
                  if token.token_type in _NAMES and token.text in self._frames]
-        lasting = {placeholder: globalviews.name(spark, self._frames[placeholder], checked=checked)
+        lasting = {placeholder: connect.view_name(self._frames[placeholder])
+                   or globalviews.name(spark, self._frames[placeholder], checked=checked)
                    for _, _, placeholder in spans}
         used = {placeholder: self._frames[placeholder] for placeholder, name in lasting.items() if name is None}
         # spark.sql formats a text it is given keyword arguments for: a plain text's braces must be doubled.

@@ -44,10 +44,10 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import deployment
+from dynsource import deployment, settings
 from dynsource.dpp import benefit, dimensions, inserts, nameresolution, queryplan, queryreport, sqltree, views
 from dynsource.dpp.placeholders import Frames
-from dynsource.scan import options, planner
+from dynsource.scan import latechecks, options, planner
 from dynsource.spark import catalog
 
 log = logging.getLogger(__name__)
@@ -143,14 +143,16 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     inserted = inserts.run(spark, query, sql)
     if inserted is not None:
         return inserted
-    with planner.checked_later(options.session_ms(spark, planner.CHECK_INTERVAL_CONF, 0)) as checks:
-        df = _pruned(spark, query, checks)
-    if df is not None and checks.held():
-        return df
-    return _pruned(spark, query)  # a table changed since a plan of it was kept: planned again, each check first
+    with settings.read_at_once(spark):
+        with latechecks.checked_later(options.session_ms(spark, planner.CHECK_INTERVAL_CONF, 0)) as checks:
+            df = _pruned(spark, query, checks)
+        if df is not None and checks.held():
+            return df
+        log.debug("dynsource: a kept plan or a table name changed since it was kept: the query is planned again")
+        return _pruned(spark, query)  # a table changed since a plan of it was kept: planned again, each check first
 
 
-def _pruned(spark: SparkSession, query: str, checks: planner.LateChecks | None = None) -> DataFrame | None:
+def _pruned(spark: SparkSession, query: str, checks: latechecks.LateChecks | None = None) -> DataFrame | None:
     """:func:`sql` of a query without parameters; with ``checks`` of plans given before their check ended, None
     where a check failed before a statement that runs at once (an INSERT, a CACHE TABLE) would have run."""
     text, frames, view_notes = _with_options_read(spark, query)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import logs, storage
+from dynsource import logs, settings, storage
 from dynsource.ddl import parse_ddl
 from dynsource.filtering import filterstore
 from dynsource.filtering.filterstore import FilterStore
@@ -89,7 +89,7 @@ def _non_negative_int(name: str, value: str) -> int:
 
 def session_ms(spark: Any, setting: str, default: int) -> int:
     """The session's ``setting`` (e.g. ``spark.dynsource.collectTimeoutMs``), whole milliseconds, 0 or more."""
-    text = spark.conf.get(setting, None)
+    text = settings.get(spark, setting)
     if text is None:
         return default
     if not str(text).strip().isdigit():

@@ -48,7 +48,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dynsource import deployment, storage
+from dynsource import deployment, settings, storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout.listing import Listing
 from dynsource.lru import LruMap
@@ -156,6 +156,8 @@ def read(spark: SparkSession, options: ScanOptions, table_schema: StructType, co
     df = df.select(*_quoted(_projected(table_schema, columns).names, df))
     if planned.dynamic:
         return df  # the planner plans a dynamic filter's scan anew each time
+    if deployment.is_connect(spark):  # a query names the view: its plan would cost each query's analyses ~30 ms
+        df = connect.listed_view(spark, df)
     frames.put(again, (planned.listing, df))
     globalviews.read_again(spark, df)
     return df
@@ -268,7 +270,7 @@ def _in_list_cap(spark: SparkSession, options: ScanOptions) -> int:
     """Most keys of a pushed ``IN`` list: past them, a column's bounds (see the module's docstring)."""
     if options.format != "parquet":
         return options.row_filter_max_keys
-    return min(options.row_filter_max_keys, int(spark.conf.get(_PARQUET_IN_THRESHOLD, "10")))
+    return min(options.row_filter_max_keys, int(settings.get(spark, _PARQUET_IN_THRESHOLD, "10")))
 
 
 def _data_column_predicate(planned: PlannedScan, in_list_cap: int) -> Column | None:

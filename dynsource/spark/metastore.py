@@ -139,8 +139,13 @@ def quoted(*parts: str) -> str:
 
 
 def global_temp_database(spark: SparkSession) -> str:
-    """The session's global temporary database (a static setting; Spark keeps it in lower case)."""
-    return spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+    """The session's global temporary database (a static setting, asked once; Spark keeps it in lower case)."""
+    if spark not in _GLOBAL_DATABASES:
+        _GLOBAL_DATABASES[spark] = spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
+    return _GLOBAL_DATABASES[spark]
+
+
+_GLOBAL_DATABASES: weakref.WeakKeyDictionary[SparkSession, str] = weakref.WeakKeyDictionary()
 
 
 _CATALOGS: weakref.WeakKeyDictionary[SparkSession, SessionCatalog] = weakref.WeakKeyDictionary()
