@@ -7,7 +7,8 @@ import sqlglot
 from sqlglot import exp
 
 from dynsource.dpp import snapshots
-from dynsource.dpp.starjoin import TableInfo, detect
+from dynsource.dpp.detection import TableInfo
+from dynsource.dpp.starjoin import detect
 
 TABLES = {
     "default.store_sales": TableInfo({"ss_sold_date_sk": "bigint", "ss_store_sk": "int", "ss_item_sk": "bigint",

@@ -37,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import types as spark_types
 
-from dynsource.dpp import snapshots, starjoin
+from dynsource.dpp import detection, snapshots
 from dynsource.dpp.placeholders import Frames
 from dynsource.filtering import DynamicFilteringData, collector
 from dynsource.scan import options
@@ -96,7 +96,7 @@ class Dimensions:
         self._tag = f"dynsource-collect-{uuid.uuid4().hex}"  # marks this query's collection jobs for interrupting
         self._lock = Lock()
         self._shared: dict[tuple, Future] = {}  # snapshots and collections by what they are made from
-        self._started: dict[starjoin.Pruning, tuple[Future[Collected], float]] = {}
+        self._started: dict[detection.Pruning, tuple[Future[Collected], float]] = {}
         self._deadline: float | None = None
 
     def __enter__(self) -> Dimensions:
@@ -107,22 +107,22 @@ class Dimensions:
             self._spark.interruptTag(self._tag)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def submit(self, pruning: starjoin.Pruning, types: Mapping[str, str]) -> None:
+    def submit(self, pruning: detection.Pruning, types: Mapping[str, str]) -> None:
         """Start collecting ``pruning``'s keys, typed as the fact's ``types`` (fact column -> Spark SQL type)."""
         self._start(pruning, self._pool.submit(self._tagged, self._collect, pruning, types))
 
-    def decline(self, pruning: starjoin.Pruning, reason: str) -> None:
+    def decline(self, pruning: detection.Pruning, reason: str) -> None:
         """Do not collect ``pruning``'s keys: its collection is ``Collected(None, reason)``."""
         declined: Future[Collected] = Future()
         declined.set_result(Collected(None, reason))
         self._start(pruning, declined)
 
-    def _start(self, pruning: starjoin.Pruning, future: Future[Collected]) -> None:
+    def _start(self, pruning: detection.Pruning, future: Future[Collected]) -> None:
         if self._deadline is None:
             self._deadline = time.monotonic() + self._timeout_ms / 1000
         self._started[pruning] = (future, time.monotonic())
 
-    def collected(self, pruning: starjoin.Pruning) -> Collected:
+    def collected(self, pruning: detection.Pruning) -> Collected:
         """``pruning``'s collection, waiting for it no longer than the budget's end."""
         future, started = self._started[pruning]
         try:
@@ -142,7 +142,7 @@ class Dimensions:
         finally:
             self._spark.removeTag(self._tag)
 
-    def _collect(self, pruning: starjoin.Pruning, types: Mapping[str, str]) -> Collected:
+    def _collect(self, pruning: detection.Pruning, types: Mapping[str, str]) -> Collected:
         started = time.monotonic()
         if pruning.pin is None:
             return Collected(None, "the query text of its dimension rows could not be located, "
@@ -155,7 +155,7 @@ class Dimensions:
                           lambda: self._keys(pruning, pin, snapshot, types))
         return Collected(data, None, pin, time.monotonic() - started, snapshot.reads_tables)
 
-    def _snapshot(self, pruning: starjoin.Pruning) -> _Snapshot:
+    def _snapshot(self, pruning: detection.Pruning) -> _Snapshot:
         """``pruning``'s dimension rows as a snapshot, or why they are not used."""
         text = self._reading(pruning.pin.rows_sql)
         rows = self._frames.sql(self._spark, text)
@@ -172,7 +172,7 @@ class Dimensions:
             return _Snapshot(self._frames.add("pinned", local), reads_tables=reads_tables, rows=held, types=types)
         return _Snapshot(self._frames.add("pinned", rows.localCheckpoint()), reads_tables=reads_tables)
 
-    def _keys(self, pruning: starjoin.Pruning, pin: snapshots.Pin, snapshot: _Snapshot,
+    def _keys(self, pruning: detection.Pruning, pin: snapshots.Pin, snapshot: _Snapshot,
               types: Mapping[str, str]) -> DynamicFilteringData:
         """The keys of ``pruning`` in ``snapshot``: taken from its rows in the driver where they can be, else
         collected by a Spark job."""

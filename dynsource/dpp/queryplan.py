@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot.errors import SqlglotError
 
-from dynsource.dpp import benefit, dimensions, nameresolution, snapshots, sqltree, starjoin
+from dynsource.dpp import benefit, detection, dimensions, nameresolution, snapshots, sqltree, starjoin
 from dynsource.dpp.placeholders import Frames
 from dynsource.dpp.queryreport import Assignment, QueryReport
 from dynsource.filtering import DynamicFilteringData, handles
@@ -57,7 +57,7 @@ from dynsource.spark import catalog, filereader
 
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256
-_detections: LruMap[starjoin.Detection] = LruMap(DETECTIONS_KEPT)
+_detections: LruMap[detection.Detection] = LruMap(DETECTIONS_KEPT)
 # By text: whether it is a query, and each table reference's name parts (see _shape).
 _shapes: LruMap[tuple[bool, tuple[tuple[str, ...], ...]]] = LruMap(DETECTIONS_KEPT)
 
@@ -72,9 +72,9 @@ class Plan:
     assignments: list[Assignment] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # refusals, and why nothing was analysed
     # Every scan of a dynsource table, with the reader options that prune it (dynamicFilter, partitionFilter) if any.
-    reads: list[tuple[starjoin.FactScan, dict[str, str]]] = field(default_factory=list)
+    reads: list[tuple[detection.FactScan, dict[str, str]]] = field(default_factory=list)
     pinned: list[snapshots.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
-    prepared: dict[starjoin.FactScan, str] = field(default_factory=dict)  # placeholders of reads made in plan()
+    prepared: dict[detection.FactScan, str] = field(default_factory=dict)  # placeholders of reads made in plan()
     is_query: bool = False  # the text is a query: spark.sql analyses it and runs nothing (not INSERT, CACHE, ...)
 
     @property
@@ -134,17 +134,17 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         return result
     relations = resolver.resolve_all(references)
     tables, definitions = _table_infos(relations)
-    detection = _detect(query, tables, resolver.current_database, relations)
+    detected = _detect(query, tables, resolver.current_database, relations)
     result.notes += [
-        r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detection.refusals]
-    by_scan: dict[starjoin.FactScan, list[starjoin.Pruning]] = {scan: [] for scan in detection.scans}
-    for pruning in detection.prunings:
+        r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detected.refusals]
+    by_scan: dict[detection.FactScan, list[detection.Pruning]] = {scan: [] for scan in detected.scans}
+    for pruning in detected.prunings:
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
     facts = _Facts(spark, tables, definitions)
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         collected = set()
-        for pruning in detection.prunings:
+        for pruning in detected.prunings:
             why = _not_collected(facts, pruning, min_scan_bytes, spark_prunes_local)
             if why is None:
                 types = tables[pruning.fact.table].columns
@@ -157,13 +157,13 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
             _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, definitions,
                                  result)
         _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
-    if not detection.prunings and not result.notes:
+    if not detected.prunings and not result.notes:
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
 
-def _prepare_uncollected(spark: SparkSession, scans: Sequence[starjoin.FactScan],
-                         statics: Mapping[starjoin.FactScan, str | None],
+def _prepare_uncollected(spark: SparkSession, scans: Sequence[detection.FactScan],
+                         statics: Mapping[detection.FactScan, str | None],
                          definitions: Mapping[str, catalog.TableDefinition], result: Plan) -> None:
     """Read each of ``scans``, which no collected filter prunes, with its ``statics`` partitionFilter and its table's
     definition as resolved, into ``result.prepared`` (its listing overlaps the collections). Scans of one table with
@@ -183,7 +183,7 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[starjoin.FactScan]
         result.prepared[scan] = placeholders[read]
 
 
-def _static_filter(scan: starjoin.FactScan, facts: _Facts) -> str | None:
+def _static_filter(scan: detection.FactScan, facts: _Facts) -> str | None:
     """The scan's ``partitionFilter`` from the query's own predicates, None without any."""
     if not scan.predicates:
         return None
@@ -191,8 +191,8 @@ def _static_filter(scan: starjoin.FactScan, facts: _Facts) -> str | None:
     return _partition_filter(scan, definition, columns, facts.survey(scan.table).columns)
 
 
-def _plan_reads(by_scan: Mapping[starjoin.FactScan, list[starjoin.Pruning]],
-                statics: Mapping[starjoin.FactScan, str | None], facts: _Facts, collections: dimensions.Dimensions,
+def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
+                statics: Mapping[detection.FactScan, str | None], facts: _Facts, collections: dimensions.Dimensions,
                 result: Plan, ratio: float) -> None:
     """Each scan's read options (its filters worth applying, its ``statics`` partitionFilter) and report, into
     ``result``."""
@@ -218,7 +218,7 @@ class _Facts:
     """What one plan learns of each dynsource table once, however many of its scans and prunings ask."""
 
     spark: SparkSession
-    tables: Mapping[str, starjoin.TableInfo]
+    tables: Mapping[str, detection.TableInfo]
     definitions: Mapping[str, catalog.TableDefinition]
     _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
     _readers: dict[str, str | None] = field(default_factory=dict)
@@ -239,7 +239,7 @@ class _Facts:
         return self._readers[table]
 
 
-def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int, spark_prunes_local: bool) -> str | None:
+def _not_collected(facts: _Facts, pruning: detection.Pruning, min_bytes: int, spark_prunes_local: bool) -> str | None:
     """Why ``pruning``'s keys are not collected (:func:`benefit.left_to_spark`, :func:`benefit.not_worth_collecting`);
     None when they are."""
     if facts.reader(pruning.fact.table) != "spark":
@@ -255,7 +255,7 @@ def _not_collected(facts: _Facts, pruning: starjoin.Pruning, min_bytes: int, spa
             or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
 
 
-def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefinition,
+def _partition_filter(scan: detection.FactScan, definition: catalog.TableDefinition,
                       column_types: Mapping[str, str], partition_columns: Sequence[str]) -> str | None:
     """The query's own predicates on the scan's partition columns, as a ``partitionFilter`` (the stored one kept)."""
     options = definition.scan_options
@@ -275,7 +275,7 @@ def _partition_filter(scan: starjoin.FactScan, definition: catalog.TableDefiniti
     return " AND ".join(f"({text})" for text in [*stored, *kept])
 
 
-def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: benefit.Survey,
+def _assign(scan: detection.FactScan, prunings: list[detection.Pruning], survey: benefit.Survey,
             collections: dimensions.Dimensions, result: Plan, ratio: float) -> tuple[Assignment, list[str]]:
     """The filter of ``scan``: its prunings worth applying (judged on ``survey``), combined, and notes.
 
@@ -283,7 +283,7 @@ def _assign(scan: starjoin.FactScan, prunings: list[starjoin.Pruning], survey: b
     """
     done: dict[str, dimensions.Collected] = {}
 
-    def collect(pruning: starjoin.Pruning) -> tuple[DynamicFilteringData | None, str | None]:
+    def collect(pruning: detection.Pruning) -> tuple[DynamicFilteringData | None, str | None]:
         collected = done[str(pruning)] = collections.collected(pruning)
         return collected.data, collected.reason
 
@@ -325,8 +325,8 @@ def _read_as_planned(spark: SparkSession, resolver: nameresolution.Resolver, fra
     return parsed.sql("spark") if replaced else text
 
 
-def _detect(query: str, tables: Mapping[str, starjoin.TableInfo], database: str,
-            relations: Sequence[nameresolution.Relation | None]) -> starjoin.Detection:
+def _detect(query: str, tables: Mapping[str, detection.TableInfo], database: str,
+            relations: Sequence[nameresolution.Relation | None]) -> detection.Detection:
     """:func:`starjoin.detect`, given again for a text detected before with each table reference resolved to the
     same ``relations`` (None: another catalog, or a name Spark will report as missing), of the same columns and
     types, in the same current ``database``: a warm session runs the same texts again, and detection depends on
@@ -334,15 +334,15 @@ def _detect(query: str, tables: Mapping[str, starjoin.TableInfo], database: str,
     resolved = tuple(relation.key if relation is not None else None for relation in relations)
     key = (query, database, resolved,
            tuple((name, tuple(info.columns.items()), info.dynsource) for name, info in tables.items()))
-    detection = _detections.get(key)
-    if detection is None:
+    detected = _detections.get(key)
+    if detected is None:
         parsed = sqlglot.parse_one(query, read="spark")
         for table, relation in zip(nameresolution.references(parsed), relations, strict=True):
             if relation is not None:  # named as the analysis names it
                 sqltree.resolve_as(table, relation.database)
-        detection = starjoin.detect(query, tables, database, parsed)
-        _detections.put(key, detection)
-    return detection
+        detected = starjoin.detect(query, tables, database, parsed)
+        _detections.put(key, detected)
+    return detected
 
 
 def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
@@ -358,7 +358,7 @@ def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
 
 
 def _table_infos(relations: Sequence[nameresolution.Relation | None]) -> tuple[
-        dict[str, starjoin.TableInfo], dict[str, catalog.TableDefinition]]:
+        dict[str, detection.TableInfo], dict[str, catalog.TableDefinition]]:
     """What the table references resolve to (``relations``, as Spark resolves them; None: another catalog, or a
     name Spark will report as missing), by the qualified lower-case name the analysis gives them; and the
     definitions of the dynsource tables."""
@@ -368,10 +368,10 @@ def _table_infos(relations: Sequence[nameresolution.Relation | None]) -> tuple[
             continue
         if relation.definition is not None:
             definitions[relation.key] = relation.definition
-        infos[relation.key] = starjoin.TableInfo({f.name: f.dataType.simpleString() for f in relation.schema.fields},
+        infos[relation.key] = detection.TableInfo({f.name: f.dataType.simpleString() for f in relation.schema.fields},
                                                  relation.definition is not None)
     return infos, definitions
 
 
-def _scan_name(scan: starjoin.FactScan) -> str:
+def _scan_name(scan: detection.FactScan) -> str:
     return f"{scan.table} AS {scan.alias}"
