@@ -19,9 +19,10 @@ given on trust inside :func:`dynsource.scan.latechecks.checked_later` (as
 has the server analyse the rewritten query: by the semantic hash and schema of
 the name's analysed plan, two cheap analyses, where the hash stays the same
 while the name means the same (Spark's canonical plan; it holds no column
-names, hence the schema too); by a full lookup for a registered dynsource
-table, whose plan's hash changes at every analysis. Where a name means
-something else now, the caller resolves the query again.
+names, hence the schema too); for a registered dynsource table, whose plan's
+hash changes at every analysis, by its ``LIMIT 0`` analysed plan and its
+registered definition. Where a name means something else now, the caller
+resolves the query again.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ KNOWN_NAMES = 256  # a session's names kept over Spark Connect
 # In the analysed plan of spark.table(name): what the name resolved to, and the Python data source reading it.
 _ALIAS = re.compile(r"^== Analyzed Logical Plan ==\n.*\n(?:[+|: -]*)SubqueryAlias (\S+)$", re.MULTILINE)
 _PYTHON_SCAN = re.compile(r"BatchScan (\S+?)\[.*\(Python\)")
-# In the analysed plan of spark.table(name).limit(0): a catalog table read by a data source V2, and its columns.
-_V2_RELATION = re.compile(r"^[+|: -]*SubqueryAlias (\S+)\n[+|: -]*RelationV2\[([^\]]*)\] (\S+)$", re.MULTILINE)
+# In the analysed plan of spark.table(name).limit(0): a catalog table read by a data source V2, and its columns
+# (Spark 4.0 writes the table's name twice after them, 4.1+ once).
+_V2_RELATION = re.compile(r"^[+|: -]*SubqueryAlias (\S+)\n[+|: -]*RelationV2\[([^\]]*)\] (\S+)", re.MULTILINE)
 _ATTRIBUTE_ID = re.compile(r"#\d+$")
 
 

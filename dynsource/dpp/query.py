@@ -149,7 +149,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
         if df is not None and checks.held():
             return df
         log.debug("dynsource: a kept plan or a table name changed since it was kept: the query is planned again")
-        return _pruned(spark, query)  # a table changed since a plan of it was kept: planned again, each check first
+        return _pruned(spark, query)  # planned again, each check first
 
 
 def _pruned(spark: SparkSession, query: str, checks: latechecks.LateChecks | None = None) -> DataFrame | None:
