@@ -13,9 +13,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import deployment
 from dynsource.dpp.queryreport import QueryReport, recorded
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.runtime import deployment
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import SOURCE, Reader
 from dynsource.scan.report import MAX_SCANS_KEPT, ScanReport, handle_report, handle_reports, table_scans

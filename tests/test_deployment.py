@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dynsource import deployment
+from dynsource.runtime import deployment
 
 
 @contextlib.contextmanager

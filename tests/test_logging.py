@@ -14,7 +14,7 @@ import textwrap
 import pyspark.daemon
 import pytest
 
-from dynsource import logs
+from dynsource.runtime import logs
 
 # A session of its own: the Python workers' stderr reaches the JVM's, and only a fresh process can capture it.
 SESSION = textwrap.dedent("""

@@ -14,7 +14,7 @@ import pytest
 import dynsource
 from dynsource.layout import commits, directories
 from dynsource.layout.watches import Watches
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import latechecks, planner, report, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.tableschema import infer_schema

@@ -11,7 +11,7 @@ import pytest
 from dynsource.dpp import benefit
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout import directories
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.scan.options import ScanOptions
 
 TYPES = {"day": "int", "item": "int"}

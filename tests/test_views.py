@@ -6,7 +6,7 @@ import pytest
 
 import dynsource
 from dynsource.layout import directories
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.spark import globalviews
 from tests.helpers import rows
 from tests.test_sparkreader import write_sales

@@ -45,13 +45,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from dynsource import settings, storage
+from dynsource import storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout import directories
 from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.layout.levels import Level, PartitionTyping
 from dynsource.layout.listing import Listing
-from dynsource.lru import LruMap
+from dynsource.runtime import settings
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
 

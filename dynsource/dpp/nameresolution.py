@@ -42,9 +42,9 @@ from pyspark.sql.types import StructType
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from dynsource import deployment
 from dynsource.dpp.sqltree import TEMPORARY
-from dynsource.lru import LruMap
+from dynsource.runtime import deployment
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import latechecks
 from dynsource.spark import catalog, metastore
 

@@ -32,8 +32,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot.tokens import TokenType
 
-from dynsource import deployment
 from dynsource.dpp import sqltree
+from dynsource.runtime import deployment
 from dynsource.spark import connect, globalviews
 
 PREFIX = "__dynsource_"

@@ -44,9 +44,9 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from dynsource import deployment, settings
 from dynsource.dpp import benefit, dimensions, inserts, nameresolution, queryplan, queryreport, sqltree, views
 from dynsource.dpp.placeholders import Frames
+from dynsource.runtime import deployment, settings
 from dynsource.scan import latechecks, options, planner
 from dynsource.spark import catalog
 

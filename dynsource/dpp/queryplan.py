@@ -49,7 +49,7 @@ from dynsource.dpp.queryreport import Assignment, QueryReport
 from dynsource.filtering import DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
 from dynsource.layout.partitionfilter import PartitionFilter
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.scan.options import filter_options
 from dynsource.scan.origin import Reader
 from dynsource.scan.planner import plan_scan

@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import nameresolution, sqltree
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.spark import metastore
 
 MAX_DEPTH = 32  # views over views: deeper ones are read as Spark reads them

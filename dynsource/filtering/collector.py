@@ -23,9 +23,10 @@ from pybloom_live import BloomFilter
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dynsource import deployment, filtering
+from dynsource import filtering
 from dynsource.filtering import DEFAULT_FPP, KINDS, DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.runtime import deployment
 from dynsource.types import INTEGRAL, arrow_type, normalize_type
 
 log = logging.getLogger(__name__)

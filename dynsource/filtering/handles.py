@@ -14,9 +14,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from dynsource import deployment
 from dynsource.filtering import DynamicFilteringData
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.runtime import deployment
 
 Store = str | FilterStore | None  # a FilterStore, or its URL (None: the default store) opened with storage_options
 Options = Mapping[str, Any] | None  # fsspec storage options of the store

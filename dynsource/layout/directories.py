@@ -44,7 +44,7 @@ from fsspec.implementations.local import LocalFileSystem
 from dynsource import partitions, storage
 from dynsource.layout import commits
 from dynsource.layout.watches import Mark, Since, Watches
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 
 SETTLE_NS = 2_000_000_000
 KEPT = 100_000  # directories, the least recently used dropped first

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import logs, settings, storage
+from dynsource import storage
 from dynsource.ddl import parse_ddl
 from dynsource.filtering import filterstore
 from dynsource.filtering.filterstore import FilterStore
 from dynsource.layout.partitionfilter import PartitionFilter
+from dynsource.runtime import logs, settings
 from dynsource.scan.rowfilter import DEFAULT_TASK_FILTER_MAX_BYTES
 from dynsource.scan.splits import DEFAULT_MAX_PARTITION_BYTES, DEFAULT_OPEN_COST_IN_BYTES
 from dynsource.storage import StorageOptions

@@ -41,7 +41,7 @@ from dynsource.filtering import DynamicFilteringData, filterstore
 from dynsource.layout import directories
 from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.layout.listing import Listing
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import files, latechecks, report, rowfilter, splits, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import SparkSession
 
-from dynsource import deployment
+from dynsource.runtime import deployment
 
 # Figures of the newest tasks a driver keeps: a scan's tasks are a few thousand at most, a session runs many scans.
 MAX_TASKS_KEPT = 200_000

@@ -48,10 +48,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dynsource import deployment, settings, storage
+from dynsource import storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout.listing import Listing
-from dynsource.lru import LruMap
+from dynsource.runtime import deployment, settings
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import files, planner, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader

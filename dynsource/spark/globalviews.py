@@ -27,7 +27,7 @@ import weakref
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource.lru import LruMap
+from dynsource.runtime.lru import LruMap
 from dynsource.spark import metastore
 
 KEPT = 32

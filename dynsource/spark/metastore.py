@@ -19,8 +19,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from dynsource import deployment
-from dynsource.lru import LruMap
+from dynsource.runtime import deployment
+from dynsource.runtime.lru import LruMap
 
 IDENTIFIERS_KEPT = 256
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource import logs
+from dynsource.runtime import logs
 from dynsource.scan import files, rowfilter, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader

@@ -18,9 +18,9 @@ from typing import ClassVar
 
 from pyspark.sql.types import StructType
 
-from dynsource import logs
 from dynsource.filtering.filterstore import FilterStore
-from dynsource.lru import LruMap
+from dynsource.runtime import logs
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.spark.source import DynsourceDataSource, said_plainly

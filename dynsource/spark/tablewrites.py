@@ -18,8 +18,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import deployment, partitions
+from dynsource import partitions
 from dynsource.layout import abandoned
+from dynsource.runtime import deployment
 from dynsource.scan import files
 from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.spark import catalog

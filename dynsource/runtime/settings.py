@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
 
-from dynsource import deployment
+from dynsource.runtime import deployment
 
 _set: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("dynsource_settings", default=None)
 
