@@ -9,7 +9,9 @@ this process as its client, as a managed service's user has it. Every query runs
 - ``spark.sql warm``: the query on a temporary view of ``spark.read.parquet`` made once (its listing kept);
 - ``spark.sql cold``: the view made again before each run (a new DataFrame lists every partition).
 
-Figures are medians of ``--repeat`` runs, with each dynsource mode's ratio to both Spark modes.
+Figures are medians of ``--repeat`` runs, with each dynsource mode's ratio to both Spark modes, and each dynsource
+mode paired round by round with the warm view: the median per-round difference of the run, of its call
+(``dynsource.sql`` or ``spark.sql`` returning the DataFrame) and of its action (``first()``).
 Run ``python -m benchmarks.connect --scale 1 --repeat 5``.
 """
 
@@ -23,10 +25,11 @@ import time
 from pathlib import Path
 
 from benchmarks import star as star_schema
-from benchmarks.run import QUERIES, ordered, print_modes, save_report, star_arguments
+from benchmarks.run import QUERIES, Measurement, ordered, paired_by_round, print_modes, save_report, star_arguments
 
 MODES = ("dynsource.sql", "dynsource.sql python reader", "spark.sql warm", "spark.sql cold")
 QUERY_NAMES = ("month", "holidays", "years")
+PAIRED_BASE = "spark.sql warm"
 
 
 def run_connect(spark, star: star_schema.Star, queries, modes=MODES, repeat: int = 3) -> dict:
@@ -42,7 +45,7 @@ def run_connect(spark, star: star_schema.Star, queries, modes=MODES, repeat: int
         dynsource.register_table(spark, table, path=str(star.store_sales), definitions=definitions, replace=True,
                                  reader=reader)
 
-    def once(mode: str, query) -> tuple[float, tuple, str | None]:
+    def once(mode: str, query) -> tuple[Measurement, str | None]:
         started = time.perf_counter()
         if mode in tables:
             df = dynsource.sql(spark, query.sql(tables[mode]))
@@ -52,36 +55,46 @@ def run_connect(spark, star: star_schema.Star, queries, modes=MODES, repeat: int
                 view = "store_sales_cold"
                 spark.read.parquet(str(star.store_sales)).createOrReplaceTempView(view)
             df = spark.sql(query.sql(view))
+        called = time.perf_counter()
         row = tuple(df.first())
-        seconds = time.perf_counter() - started
+        ended = time.perf_counter()
         read_by = None
         if mode in tables:  # a scan's own report, where dynsource pruned it; else the query's notes say why not
             query_report = dynsource.scan_report(df)
             scans = [scan for scan in query_report.scans() if scan is not None]
             read_by = scans[0].read_by if scans else "; ".join(query_report.notes)[:120]
-        return seconds, row, read_by
+        measured = Measurement(row, ended - started, None, None, None, "client clock",
+                               {"call_s": called - started, "run_s": ended - called})
+        return measured, read_by
 
     report = {"scale": star.scale, "rows": star.rows, "repeat": repeat, "queries": {}}
     for query in queries:
-        runs: dict[str, list[float]] = {mode: [] for mode in modes}
+        runs: dict[str, list[Measurement]] = {mode: [] for mode in modes}
         results, readers = {}, {}
         for round_ in range(repeat + 1):
             for mode in ordered(list(modes), round_):
-                seconds, row, read_by = once(mode, query)
-                results.setdefault(mode, row)
+                measured, read_by = once(mode, query)
+                results.setdefault(mode, measured.result)
                 if results[mode] != results[modes[0]]:
-                    raise RuntimeError(f"{query.name}: {mode} returned {row}, {modes[0]} {results[modes[0]]}")
+                    raise RuntimeError(f"{query.name}: {mode} returned {measured.result}, {modes[0]} "
+                                       f"{results[modes[0]]}")
                 if round_:
-                    runs[mode].append(seconds)
+                    runs[mode].append(measured)
                 if read_by is not None:
                     readers[mode] = read_by
-        medians = {mode: statistics.median(times) for mode, times in runs.items()}
+        medians = {mode: statistics.median(m.seconds for m in measured) for mode, measured in runs.items()}
         ratios = {f"{mode} / {base}": round(medians[mode] / medians[base], 3)
                   for mode in modes if mode in tables for base in ("spark.sql warm", "spark.sql cold")
                   if base in medians}
-        report["queries"][query.name] = {"description": query.description, "median_s": medians,
-                                         "runs_s": runs, "ratios": ratios, "read_by": readers,
-                                         "result": list(results[modes[0]])}
+        report["queries"][query.name] = {
+            "description": query.description, "median_s": medians,
+            "runs_s": {mode: [m.seconds for m in measured] for mode, measured in runs.items()},
+            "call_median_s": {mode: statistics.median(m.phases["call_s"] for m in measured)
+                              for mode, measured in runs.items()},
+            "paired": {f"{mode} - {PAIRED_BASE}": paired_by_round(runs[mode], runs[PAIRED_BASE])
+                       for mode in modes if mode in tables and PAIRED_BASE in runs},
+            "ratios": ratios, "read_by": readers,
+            "result": list(results[modes[0]])}
     return report
 
 

@@ -454,13 +454,17 @@ def star_arguments(description: str, queries: Sequence[str], modes: Sequence[str
 
 def print_modes(report: dict) -> None:
     """The medians per query and mode of ``connect.py``'s and ``doors.py``'s reports, with what read each scan
-    where the report says, and their ratios."""
+    where the report says, their ratios, and the differences paired by round where the report has them."""
     for name, query in report["queries"].items():
         print(f"\n{name}: {query['description']}")
         for mode, seconds in query["median_s"].items():
             read_by = query.get("read_by", {}).get(mode)
             print(f"  {mode:<30} {seconds:8.3f} s" + (f"  (read by {read_by})" if read_by else ""))
         print("  " + ", ".join(f"{pair} = {ratio}" for pair, ratio in query["ratios"].items()))
+        for pair, paired in query.get("paired", {}).items():
+            print(f"  paired by round, {pair}: run {paired['median_ms']:+.1f} ms, "
+                  f"call {paired['call_median_ms']:+.1f} ms, action {paired['run_median_ms']:+.1f} ms; "
+                  f"faster in {paired['rounds_faster']} of {paired['rounds']}")
 
 
 def save_report(report: dict, out_dir: Path, name: str) -> None:
@@ -525,14 +529,14 @@ def _report(bench: Bench, queries: Sequence[Query], runs: dict, repeat: int, tot
             "keys": len(bench.keys_of(query)),
             "matching": {"partitions": partitions, "files": files, "bytes": size},
             "modes": modes, "ratios": _ratios(modes, size),
-            "paired": {f"{mode} - {PAIRED_BASE}": _paired(measured, runs[query.name][PAIRED_BASE])
+            "paired": {f"{mode} - {PAIRED_BASE}": paired_by_round(measured, runs[query.name][PAIRED_BASE])
                        for mode, measured in runs[query.name].items()
                        if mode.startswith("dynsource.sql") and PAIRED_BASE in runs[query.name]},
         }
     return report
 
 
-def _paired(measured: list[Measurement], base: list[Measurement]) -> dict:
+def paired_by_round(measured: list[Measurement], base: list[Measurement]) -> dict:
     """Per-round differences of ``measured`` against ``base`` (both run once in every round): medians in ms of
     the whole run and of each phase both split, and the rounds ``measured`` was faster in.
 
