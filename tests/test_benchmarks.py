@@ -108,7 +108,7 @@ def test_paired_rounds_give_the_median_difference_of_each_phase_and_the_rounds_f
         return [run.Measurement((), call + action, None, None, None, "", {"call_s": call, "run_s": action})
                 for call, action in splits]
 
-    paired = run._paired(runs((0.010, 0.100), (0.012, 0.300), (0.011, 0.150)),
+    paired = run.paired_by_round(runs((0.010, 0.100), (0.012, 0.300), (0.011, 0.150)),
                          runs((0.007, 0.110), (0.008, 0.290), (0.006, 0.170)))
     # Rounds differ by -7, +14 and -15 ms in all; by +3, +4 and +5 ms in the call.
     assert paired == {"median_ms": -7.0, "call_median_ms": 4.0, "run_median_ms": -10.0, "rounds_faster": 2,

@@ -42,7 +42,7 @@ def test_the_wheel_metadata_names_the_license_version_and_bounded_pyspark(wheel)
 
 
 # What Spark's Python workers load: the layers under spark/, and of spark/ what reads and writes.
-WORKER_LAYERS = ("dynsource.filtering", "dynsource.layout", "dynsource.scan")
+WORKER_LAYERS = ("dynsource.runtime", "dynsource.filtering", "dynsource.layout", "dynsource.scan")
 WORKER_SPARK = {"dynsource.spark", "dynsource.spark.source", "dynsource.spark.tablesource", "dynsource.spark.writer",
                 "dynsource.spark.writeplan"}
 ROOT_MODULES = {"dynsource", *(f"dynsource.{path.stem}" for path in (ROOT / "dynsource").glob("*.py"))} - {
@@ -64,10 +64,11 @@ def test_every_public_name_resolves_and_a_worker_loads_only_the_layers_below_the
 
 
 def test_a_layer_imports_only_the_layers_below_it():
-    """root < filtering < layout < scan < spark < dpp < explain, cli, demo, __init__ (function-level imports too)."""
+    """root < runtime < filtering < layout < scan < spark < dpp < explain, cli, demo, __init__ (function-level imports
+    too)."""
     import ast
 
-    order = ["root", "filtering", "layout", "scan", "spark", "dpp", "top"]
+    order = ["root", "runtime", "filtering", "layout", "scan", "spark", "dpp", "top"]
 
     def layer(module: str) -> str:
         parts = module.split(".")
