@@ -6,9 +6,13 @@ view by its Python source), and with the same query on a view of ``spark.read.pa
 
 from __future__ import annotations
 
+import datetime
+import decimal
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 import dynsource
 
@@ -179,3 +183,89 @@ def test_a_view_passing_the_tables_rows_through_is_pruned_by_a_collected_filter(
         assert kept in report, report
     finally:
         drop_views(spark)
+
+
+# DataFrames' temporary views: a function of the session making the DataFrame over the table, and the same over
+# views_native; the name to query, its key and value columns.
+FRAME_SHAPES = {
+    "spark.table": (lambda spark, t: spark.table(t), "date_key", "v"),
+    "filtered, renamed and aliased": (
+        lambda spark, t: spark.table(t).alias("s").where((F.col("region") == "east") & (F.col("v") > 10))
+        .select("v", F.col("date_key").alias("dk")), "dk", "v"),
+    "literals of each type": (
+        lambda spark, t: spark.table(t).where(F.col("date_key").isin(*DATES[:4]) & F.col("region").isNotNull()
+                                              & ~F.col("v").eqNullSafe(F.lit(None))
+                                              & (F.col("v") >= F.lit(3).cast("short")))
+        .select("v", "date_key", F.lit("it's \\ é").alias("s"), F.lit(decimal.Decimal("1.50")).alias("dec"),
+                F.lit(1.5).alias("dbl"), F.lit(float("-inf")).alias("inf"), F.lit(True).alias("b"),
+                F.lit(datetime.date(2024, 2, 1)).alias("day"), F.lit(None).cast("int").alias("n")),
+        "date_key", "v"),
+}
+
+
+def frame_views(spark, make) -> None:
+    make(spark, "views_sales").createOrReplaceTempView("v_frame")
+    make(spark, "views_native").createOrReplaceTempView("v_frame_native")
+
+
+@pytest.mark.parametrize("shape", FRAME_SHAPES)
+def test_a_dataframes_view_projecting_and_filtering_the_table_is_read_by_sparks_reader(spark, sales, shape):
+    make, key, value = FRAME_SHAPES[shape]
+    frame_views(spark, make)
+    try:
+        for query in [QUERY.format(value=value, view="v_frame", key=key), "SELECT * FROM v_frame"]:
+            expected = rows(spark.sql(query))
+            assert expected == rows(spark.sql(query.replace("v_frame", "v_frame_native")))
+            df = dynsource.sql(spark, query)
+            for _ in range(2):
+                assert rows(df) == expected, query
+            assert "FileScan parquet" in plan(df) and "(Python)" not in plan(df)
+            assert "read as Spark reads it" not in str(dynsource.scan_report(df))
+    finally:
+        for view in ("v_frame", "v_frame_native"):
+            spark.catalog.dropTempView(view)
+
+
+def test_a_dataframes_view_is_pruned_by_a_collected_filter_and_follows_its_replacements(spark, sales):
+    east = FRAME_SHAPES["filtered, renamed and aliased"][0]
+    query = QUERY.format(value="v", view="v_frame", key="dk")
+    try:
+        for make, kept in [(east, 2), (lambda spark, t: spark.table(t).select("v", F.col("date_key").alias("dk")), 4),
+                           (east, 2)]:  # each a new DataFrame under the same name
+            frame_views(spark, make)
+            df = dynsource.sql(spark, query)
+            assert rows(df) == rows(spark.sql(query.replace("v_frame", "v_frame_native")))
+            report = str(dynsource.scan_report(df))
+            assert f"{kept} leaf partition(s) kept" in report, report
+        # A view of text over the DataFrame's view, and the same DataFrame as a global temporary view.
+        spark.sql("CREATE TEMP VIEW v_over_frame AS SELECT v, dk FROM v_frame WHERE v < 500")
+        spark.table("v_frame").createOrReplaceGlobalTempView("v_frame_global")
+        for view, native in [("v_over_frame", "(SELECT v, dk FROM v_frame_native WHERE v < 500) AS n"),
+                             ("global_temp.v_frame_global", "v_frame_native")]:
+            df = dynsource.sql(spark, QUERY.format(value="v", view=view, key="dk"))
+            assert rows(df) == rows(spark.sql(QUERY.format(value="v", view=native, key="dk")))
+            assert "2 leaf partition(s) kept" in str(dynsource.scan_report(df)), view
+    finally:
+        for view in ("v_frame", "v_frame_native", "v_over_frame"):
+            spark.catalog.dropTempView(view)
+        spark.catalog.dropGlobalTempView("v_frame_global")
+
+
+def test_a_dataframes_view_not_written_as_sql_is_read_as_spark_reads_it_and_the_report_says_why(spark, sales):
+    dates = spark.table("view_dates").select(F.col("d").alias("jd"))
+    shapes = [
+        (lambda t: spark.table(t).withColumn("v2", F.col("v") * 2), "it computes Multiply"),
+        (lambda t: spark.table(t).join(dates, F.col("date_key") == dates.jd), "its plan holds a Join"),
+        (lambda t: spark.read.option("partitionFilter", "date_key > 20240202").table(t),
+         "it reads its table with options [partitionFilter]"),
+    ]
+    try:
+        for make, why in shapes:
+            make("views_sales").createOrReplaceTempView("v_frame")
+            query = QUERY.format(value="v", view="v_frame", key="date_key")
+            df = dynsource.sql(spark, query)
+            assert rows(df) == rows(spark.sql(query)), why
+            report = str(dynsource.scan_report(df))
+            assert f"view v_frame is read as Spark reads it: {why}" in report, report
+    finally:
+        spark.catalog.dropTempView("v_frame")

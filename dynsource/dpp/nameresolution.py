@@ -42,6 +42,7 @@ from pyspark.sql.types import StructType
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
+from dynsource.dpp import dataframeviews
 from dynsource.dpp.sqltree import TEMPORARY
 from dynsource.runtime import deployment
 from dynsource.runtime.lru import LruMap
@@ -277,8 +278,9 @@ class Resolver:
 
     def view(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], metastore.ViewDefinition] | None:
         """The view defined by SQL text that ``parts`` names, as Spark resolves the name, with the name it resolved to
-        (``(name,)`` for a temporary view, ``(global database, name)``, ``("spark_catalog", database, name)``); None
-        for anything else, and over Spark Connect (whose client cannot read the session catalog)."""
+        (``(name,)`` for a temporary view, ``(global database, name)``, ``("spark_catalog", database, name)``); a
+        temporary view of a DataFrame over a registered table as its plan written as text; None for anything else,
+        and over Spark Connect (whose client cannot read the session catalog)."""
         session = self._session_catalog
         parts = tuple(part.lower() for part in parts)
         if session is None or (len(parts) == 1 and parts[0] in self.frames):
@@ -287,9 +289,10 @@ class Resolver:
             if len(parts) == 1:
                 temporary, found = metastore.temporary_view(session, parts[0])
                 if temporary:
+                    found = self._written(found)
                     return None if found is None else (parts, found)
             if len(parts) == 2 and parts[0] == self.global_database:
-                found = metastore.global_view(session, parts[1])
+                found = self._written(metastore.global_view(session, parts[1]))
                 return None if found is None else (parts, found)
             if len(parts) == 1 and self.current_catalog == "spark_catalog":
                 parts = (self.current_database, *parts)
@@ -301,6 +304,10 @@ class Resolver:
         except Py4JError:
             return None  # an internal API this Spark version lacks: the view is read as Spark reads it
         return None if found is None else (("spark_catalog", *parts), found)
+
+    def _written(self, found: metastore.ViewDefinition | metastore.PlanView | None) -> metastore.ViewDefinition | None:
+        """A DataFrame's view written as SQL text where it reads a registered table (see dataframeviews)."""
+        return dataframeviews.definition(found, self.definition) if isinstance(found, metastore.PlanView) else found
 
     def is_temporary_view(self, name: str) -> bool:
         """Whether the session has a temporary view ``name`` (classic sessions only)."""

@@ -128,6 +128,8 @@ def _seen_through(spark: SparkSession, resolver: nameresolution.Resolver, view: 
     """The text to read in ``view``'s place; None when it reads no registered dynsource table."""
     if depth > MAX_DEPTH:
         raise NotSeenThrough(f"it is nested in views more than {MAX_DEPTH} deep")
+    if view.unseen:
+        raise NotSeenThrough(view.unseen)
     _check_settings(spark, view)
     if len(view.namespace) != 2 or view.namespace[0] != "spark_catalog":
         raise NotSeenThrough(f"its names resolve in {'.'.join(view.namespace)}, not in Spark's session catalog")

@@ -83,17 +83,24 @@ class ViewDefinition:
     configs: tuple[tuple[str, str], ...]
     temporary_views: tuple[tuple[str, ...], ...]
     temporary: bool
+    unseen: str = ""  # why it cannot be seen through, where that is known before reading its text
 
 
-def temporary_view(session: SessionCatalog, name: str) -> tuple[bool, ViewDefinition | None]:
-    """Whether the session has a temporary view ``name``, and its definition if SQL text defines it (a DataFrame's
-    view holds a plan)."""
+@dataclass(frozen=True)
+class PlanView:
+    """A temporary view made from a DataFrame: Spark keeps its analysed plan (a JVM object), not text."""
+
+    plan: Any
+
+
+def temporary_view(session: SessionCatalog, name: str) -> tuple[bool, ViewDefinition | PlanView | None]:
+    """Whether the session has a temporary view ``name``, and its definition: SQL text, or a DataFrame's plan."""
     raw = session.catalog.getRawTempView(name)
     return (True, _view_definition(raw, temporary=True)) if raw.isDefined() else (False, None)
 
 
-def global_view(session: SessionCatalog, name: str) -> ViewDefinition | None:
-    """The global temporary view ``name`` if SQL text defines it."""
+def global_view(session: SessionCatalog, name: str) -> ViewDefinition | PlanView | None:
+    """The global temporary view ``name``: SQL text, or a DataFrame's plan."""
     return _view_definition(session.catalog.getRawGlobalTempView(name), temporary=True)
 
 
@@ -106,8 +113,15 @@ def catalog_view(session: SessionCatalog, database: str, name: str) -> ViewDefin
     return _definition(table, temporary=False) if table.tableType().name() == "VIEW" else None
 
 
-def _view_definition(raw: Any, temporary: bool) -> ViewDefinition | None:
-    return _definition(raw.get().tableMeta(), temporary) if raw.isDefined() else None
+def _view_definition(raw: Any, temporary: bool) -> ViewDefinition | PlanView | None:
+    if not raw.isDefined():
+        return None
+    view = raw.get()
+    found = _definition(view.tableMeta(), temporary)
+    if found is None:
+        plan = view.plan()
+        return PlanView(plan.get()) if plan.isDefined() else None
+    return found
 
 
 def _definition(table: Any, temporary: bool) -> ViewDefinition | None:

@@ -1,0 +1,314 @@
+"""Temporary views made from DataFrames over a registered dynsource table, written as SQL text to be seen through.
+
+``spark.table("store_sales").where(col("ss_quantity") > 0).select(...).createOrReplaceTempView("sales")`` stores
+Spark's analysed plan, not text, so :mod:`dynsource.dpp.views` has no text to put in the view's place. Where that
+plan projects and filters one registered table, :func:`definition` writes it as the SQL text that Spark analyses
+to the same plan, and the view is seen through as a view of that text::
+
+    SELECT `v` AS `v`, `date_key` AS `dk` FROM `spark_catalog`.`default`.`s` WHERE (`region` = 'east')
+
+Only what means the same in every session is written: column references, literals of the types below, comparisons,
+``AND``/``OR``/``NOT``, ``IN`` lists, ``IS [NOT] NULL``, and casts that cannot fail or depend on a setting
+(widening a number, a literal that fits, a typed ``NULL``). Spark's plan does not record whether its arithmetic and
+functions ran under ANSI rules, so a plan that computes anything else (``withColumn("x", col("v") * 2)``, a UDF),
+joins, aggregates or reads a view is read as Spark reads it, and the query's report names what stopped it.
+
+The plan is the view's as Spark made it: its columns are the table's columns then, taken by name; when the table's
+registered columns differ now (a table registered again under the name), the view is read as Spark reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from py4j.protocol import Py4JError
+
+from dynsource.runtime.lru import LruMap
+from dynsource.spark import metastore
+
+PLANS_KEPT = 256
+_ALIAS = "`__dynsource_plan`"
+# The tree string's leaf reading a catalog table by a data source V2 (Spark 4.0 writes the name twice, 4.1+ once).
+_V2_LEAF = re.compile(r"^[+|: -]*(?:RelationV2|TableReference)\[.*\] (spark_catalog\.[^\s.`]+\.[^\s.`]+)(?: \1)?$",
+                      re.MULTILINE)
+# Nodes whose output is their child's: a name for it (df.alias, a table's name), a view read (whose analysed plan,
+# below it, is written like the rest: what is written does not depend on the settings the view was made under).
+_PASSED = frozenset({"SubqueryAlias", "View"})
+_LEAVES = frozenset({"DataSourceV2Relation", "V2TableReference"})
+_COMPARISONS = {"EqualTo": "=", "EqualNullSafe": "<=>", "LessThan": "<", "LessThanOrEqual": "<=",
+                "GreaterThan": ">", "GreaterThanOrEqual": ">=", "And": "AND", "Or": "OR"}
+_INTEGRAL = {"byte": (8, "TINYINT"), "short": (16, "SMALLINT"), "integer": (32, "INT"), "long": (64, "BIGINT")}
+_OTHER_TYPES = {"double": "DOUBLE", "float": "FLOAT", "string": "STRING", "boolean": "BOOLEAN", "date": "DATE"}
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
+_PLAIN_STRING = re.compile(r"[ -&(-\[\]-~]*")  # printable ASCII without a quote or a backslash
+
+
+class NotWritable(ValueError):
+    """Why a DataFrame view's plan cannot be written as SQL text."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """A DataFrame view's plan as SQL text: its output columns, the table it reads and that table's columns as the
+    plan knows them (name and Spark's JSON type name); or why it cannot be written (``reason``)."""
+
+    text: str = ""
+    columns: tuple[str, ...] = ()
+    table: tuple[str, ...] = ()
+    fields: tuple[tuple[str, Any], ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """One node of Spark's JSON of a plan or an expression, with its subtrees."""
+
+    fields: dict[str, Any]
+    children: tuple[_Tree, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.fields["class"].rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class _Column:
+    key: tuple[Any, Any]  # Spark's expression id
+    name: str
+    data_type: Any  # Spark's JSON of the type: "integer", "decimal(7,2)", {"type": "struct", ...}
+
+
+@dataclass(frozen=True)
+class _Query:
+    """One SELECT: its FROM clause, output columns and the leaf table's columns; a projection (``items``) and the
+    conditions of its WHERE. Without items it selects its source's columns by name, so a filter or a projection
+    above it joins this SELECT instead of wrapping it, as the text a user would write: a filter on a partition
+    column stays next to the table, where :func:`dynsource.sql` turns it into a ``partitionFilter``."""
+
+    source: str
+    columns: list[_Column]
+    fields: tuple[tuple[str, Any], ...]
+    items: tuple[str, ...] | None = None
+    conditions: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        items = self.items or [metastore.quoted(column.name) for column in self.columns]
+        where = f" WHERE {' AND '.join(self.conditions)}" if self.conditions else ""
+        return f"SELECT {', '.join(items)} FROM {self.source}{where}"
+
+
+_written: LruMap[tuple[Any, Written | None]] = LruMap(PLANS_KEPT)
+
+
+def definition(view: metastore.PlanView, registered: Any) -> metastore.ViewDefinition | None:
+    """``view`` as a view of SQL text over a registered dynsource table; None when its plan reads none.
+
+    ``registered(database, name)`` is the registered table's definition, or None. A plan that reads one but cannot
+    be written gives a definition whose ``unseen`` says why.
+    """
+    written = _plan_written(view.plan)
+    if written is None:
+        return None
+    if written.reason:
+        return metastore.ViewDefinition("", ("spark_catalog", "default"), (), (), (), (), True, unseen=written.reason)
+    table = registered(*written.table[1:])
+    if table is None:
+        return None
+    now = {field.name.lower(): field.dataType.jsonValue() for field in table.schema.fields}
+    changed = [name for name, data_type in written.fields if now.get(name.lower()) != data_type]
+    unseen = (f"the columns {', '.join(changed)} of {'.'.join(written.table)} are not what they were when the view "
+              "was made") if changed else ""
+    return metastore.ViewDefinition(written.text, written.table[:2], written.columns, written.columns, (), (), True,
+                                    unseen=unseen)
+
+
+def _plan_written(plan: Any) -> Written | None:
+    """``plan`` written (None: it reads no catalog table by a data source V2), kept by its tree string and compared
+    whole: a warm session's views are the same objects query after query."""
+    tree = plan.toString()
+    kept = _written.get(tree)
+    if kept is not None and (kept[0] is None or _same(kept[0], plan)):
+        return kept[1]
+    tables = {found[1] for found in _V2_LEAF.finditer(tree)}
+    written = None
+    if tables:
+        try:
+            _check_options(plan)
+            written = write(json.loads(plan.toJSON()), tuple(next(iter(tables)).split(".")))
+        except NotWritable as why:
+            written = Written(reason=str(why))
+    _written.put(tree, (plan if written is not None else None, written))
+    return written
+
+
+def _check_options(plan: Any) -> None:
+    """Raise where ``plan`` reads with options (``spark.read.option(...).table(name)``): SQL text of the table's
+    name reads without them. Spark's JSON of a plan leaves them out."""
+    leaves = plan.collectLeaves()
+    for position in range(leaves.size()):
+        leaf = leaves.apply(position)
+        if leaf.getClass().getSimpleName() in _LEAVES and not leaf.options().isEmpty():
+            keys = leaf.options().asCaseSensitiveMap().keySet().toString()  # not the values: one may be a secret
+            raise NotWritable(f"it reads its table with options {keys}")
+
+
+def _same(kept: Any, plan: Any) -> bool:
+    try:
+        return bool(kept.equals(plan))
+    except Py4JError:  # kept from a session whose JVM has stopped
+        return False
+
+
+def write(nodes: Sequence[dict[str, Any]], table: tuple[str, ...]) -> Written:
+    """The plan whose Spark JSON is ``nodes``, over ``table`` (catalog, database, name), as SQL text."""
+    query = _plan(_tree(nodes), table)
+    names = [column.name.lower() for column in query.columns]
+    if len(set(names)) < len(names):
+        raise NotWritable("two of its columns have the same name")
+    return Written(query.text, tuple(column.name for column in query.columns), table, query.fields)
+
+
+def _tree(nodes: Sequence[dict[str, Any]]) -> _Tree:
+    """Spark's JSON of a tree (its nodes in pre-order, each with its number of children) as a tree."""
+
+    def read(position: int) -> tuple[_Tree, int]:
+        node, position = nodes[position], position + 1
+        children = []
+        for _ in range(node["num-children"]):
+            child, position = read(position)
+            children.append(child)
+        return _Tree(node, tuple(children)), position
+
+    return read(0)[0]
+
+
+def _plan(node: _Tree, table: tuple[str, ...]) -> _Query:
+    """``node`` as one SELECT."""
+    if node.kind in _LEAVES:
+        columns = [_column(_tree(attribute)) for attribute in node.fields["output"]]
+        return _Query(metastore.quoted(*table), columns, tuple((column.name, column.data_type) for column in columns))
+    if node.kind not in ("Project", "Filter", *_PASSED) or len(node.children) != 1:
+        raise NotWritable(f"its plan holds a {node.kind} (written as SQL are projections and filters of one "
+                          "registered table)")
+    child = _plan(node.children[0], table)
+    if node.kind in _PASSED:
+        return child
+    query = child if child.items is None else _Query(f"({child.text}) AS {_ALIAS}", child.columns, child.fields)
+    scope = {column.key: column for column in query.columns}
+    if node.kind == "Filter":
+        conditions = tuple(_expression(conjunct, scope) for conjunct in _conjuncts(_tree(node.fields["condition"])))
+        return dataclasses.replace(query, conditions=(*query.conditions, *conditions))
+    items, outputs = [], []
+    for item in node.fields["projectList"]:
+        expression = _tree(item)
+        if expression.kind == "Alias":
+            output = _Column(_key(expression), expression.fields["name"], "")
+            items.append(f"{_expression(expression.children[0], scope)} AS {metastore.quoted(output.name)}")
+        else:
+            output = _reference(expression, scope)
+            items.append(f"{metastore.quoted(scope[output.key].name)} AS {metastore.quoted(output.name)}")
+        outputs.append(output)
+    return dataclasses.replace(query, columns=outputs, items=tuple(items))
+
+
+def _conjuncts(node: _Tree) -> list[_Tree]:
+    """The terms of ``node``'s top-level ANDs, each a condition of its own (one on a partition column alone becomes
+    a ``partitionFilter``)."""
+    return [term for child in node.children for term in _conjuncts(child)] if node.kind == "And" else [node]
+
+
+def _expression(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
+    """``node`` as SQL text, its column references resolved in ``scope`` (the input's columns by expression id)."""
+    kind, children = node.kind, node.children
+    if kind == "AttributeReference":
+        return metastore.quoted(scope[_reference(node, scope).key].name)
+    if kind == "Literal":
+        return _literal(node.fields["value"], node.fields["dataType"])
+    if kind in _COMPARISONS:
+        return f"({_expression(children[0], scope)} {_COMPARISONS[kind]} {_expression(children[1], scope)})"
+    if kind in ("Not", "IsNull", "IsNotNull"):
+        inner = _expression(children[0], scope)
+        return {"Not": f"(NOT {inner})", "IsNull": f"({inner} IS NULL)", "IsNotNull": f"({inner} IS NOT NULL)"}[kind]
+    if kind == "In":
+        values = ", ".join(_expression(child, scope) for child in children[1:])
+        return f"({_expression(children[0], scope)} IN ({values}))"
+    if kind == "Cast":
+        return _cast(node, scope)
+    raise NotWritable(f"it computes {kind} (written as SQL are comparisons, AND, OR, NOT, IN and IS NULL of columns "
+                      "and literals)")
+
+
+def _cast(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
+    """A cast that gives the same value whatever the session's settings: a typed NULL, a number widened, a literal
+    that fits its type."""
+    child, target = node.children[0], node.fields["dataType"]
+    if child.kind == "Literal" and child.fields["value"] is None:
+        return f"CAST(NULL AS {_sql_type(target)})"
+    if child.kind not in ("Literal", "AttributeReference", "Cast"):  # the kinds whose JSON gives their type
+        raise NotWritable(f"it casts a {child.kind}")
+    source = child.fields["dataType"]
+    inner = _expression(child, scope)
+    if source == target:
+        return inner
+    widened = (source in _INTEGRAL and (target in ("double", "float") or
+                                        (target in _INTEGRAL and _INTEGRAL[target][0] > _INTEGRAL[source][0])))
+    if widened or (source == "float" and target == "double"):
+        return f"CAST({inner} AS {_sql_type(target)})"
+    if child.kind == "Literal" and source in _INTEGRAL and target in _INTEGRAL:
+        bits = _INTEGRAL[target][0]
+        if -(2 ** (bits - 1)) <= int(child.fields["value"]) < 2 ** (bits - 1):
+            return f"CAST({inner} AS {_sql_type(target)})"
+    raise NotWritable(f"it casts {source} to {target}, which depends on the session's ANSI setting")
+
+
+def _literal(value: str | None, data_type: str) -> str:
+    sql_type = _sql_type(data_type)
+    if value is None:
+        return f"CAST(NULL AS {sql_type})"
+    if data_type == "integer":
+        return value
+    if data_type == "boolean":
+        return value.upper()
+    if data_type == "date":
+        return f"DATE '{value}'"
+    if data_type == "string":
+        if _PLAIN_STRING.fullmatch(value):
+            return f"'{value}'"
+        return f"CAST(X'{value.encode().hex().upper()}' AS STRING)"
+    return f"CAST('{value}' AS {sql_type})"  # numbers: exact, NaN and Infinity included
+
+
+def _sql_type(data_type: str) -> str:
+    if data_type in _INTEGRAL:
+        return _INTEGRAL[data_type][1]
+    if data_type in _OTHER_TYPES:
+        return _OTHER_TYPES[data_type]
+    decimal = _DECIMAL.fullmatch(data_type)
+    if decimal is None:
+        raise NotWritable(f"it holds a value of type {data_type}")
+    return f"DECIMAL({decimal[1]},{decimal[2]})"
+
+
+def _column(node: _Tree) -> _Column:
+    if node.kind != "AttributeReference":
+        raise NotWritable(f"its table's output holds a {node.kind}")
+    return _Column(_key(node), node.fields["name"], node.fields["dataType"])
+
+
+def _reference(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> _Column:
+    """The column ``node`` refers to, which must be one of its input's."""
+    column = _column(node)
+    if column.key not in scope:
+        raise NotWritable(f"it refers to a column {column.name} its input does not have")
+    return column
+
+
+def _key(node: _Tree) -> tuple[Any, Any]:
+    expression_id = node.fields["exprId"]
+    return expression_id["id"], expression_id["jvmId"]
