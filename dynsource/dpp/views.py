@@ -23,8 +23,8 @@ Spark does the same with a view (it analyses the view's text in the view's place
 
 A view not seen through is read as Spark reads it, and the query's report says why (its text is one sqlglot cannot
 parse, it was made under other settings, it names a view in another catalog, ...). A temporary view of a
-DataFrame holds a plan, not text, and is read as Spark reads it; so is every view over Spark Connect, whose client
-cannot read the session catalog.
+DataFrame holds a plan, not text: :mod:`dynsource.dpp.dataframeviews` writes the plans it can as text. Every view
+over Spark Connect, whose client cannot read the session catalog, is read as Spark reads it.
 """
 
 from __future__ import annotations
