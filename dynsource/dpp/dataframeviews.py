@@ -112,7 +112,7 @@ def definition(view: metastore.PlanView, registered: Any) -> metastore.ViewDefin
     ``registered(database, name)`` is the registered table's definition, or None. A plan that reads one but cannot
     be written gives a definition whose ``unseen`` says why.
     """
-    written = _plan_written(view.plan)
+    written = _plan_written(view)
     if written is None:
         return None
     if written.reason:
@@ -128,12 +128,15 @@ def definition(view: metastore.PlanView, registered: Any) -> metastore.ViewDefin
                                     unseen=unseen)
 
 
-def _plan_written(plan: Any) -> Written | None:
-    """``plan`` written (None: it reads no catalog table by a data source V2), kept by its tree string and compared
-    whole: a warm session's views are the same objects query after query."""
-    tree = plan.toString()
+def _plan_written(view: metastore.PlanView) -> Written | None:
+    """``view``'s plan written (None: it reads no catalog table by a data source V2), kept by its tree string and
+    compared whole: a warm session's views are the same objects query after query."""
+    tree = view.tree
     kept = _written.get(tree)
-    if kept is not None and (kept[0] is None or _same(kept[0], plan)):
+    if kept is not None and kept[0] is None:
+        return kept[1]
+    plan = view.plan.get()
+    if kept is not None and _same(kept[0], plan):
         return kept[1]
     tables = {found[1] for found in _V2_LEAF.finditer(tree)}
     written = None

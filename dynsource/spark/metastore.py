@@ -88,9 +88,11 @@ class ViewDefinition:
 
 @dataclass(frozen=True)
 class PlanView:
-    """A temporary view made from a DataFrame: Spark keeps its analysed plan (a JVM object), not text."""
+    """A temporary view made from a DataFrame: Spark keeps its analysed plan, not text. ``plan`` is the JVM's
+    ``Option`` of it, ``tree`` its tree string."""
 
     plan: Any
+    tree: str
 
 
 def temporary_view(session: SessionCatalog, name: str) -> tuple[bool, ViewDefinition | PlanView | None]:
@@ -120,7 +122,8 @@ def _view_definition(raw: Any, temporary: bool) -> ViewDefinition | PlanView | N
     found = _definition(view.tableMeta(), temporary)
     if found is None:
         plan = view.plan()
-        return PlanView(plan.get()) if plan.isDefined() else None
+        tree = plan.toString()  # "Some(<the plan's tree string>)": two JVM calls for the check most views need
+        return PlanView(plan, tree[5:-1]) if tree.startswith("Some(") else None
     return found
 
 
