@@ -171,9 +171,6 @@ def _same(kept: Any, plan: Any) -> bool:
 def write(nodes: Sequence[dict[str, Any]], table: tuple[str, ...]) -> Written:
     """The plan whose Spark JSON is ``nodes``, over ``table`` (catalog, database, name), as SQL text."""
     query = _plan(_tree(nodes), table)
-    names = [column.name.lower() for column in query.columns]
-    if len(set(names)) < len(names):
-        raise NotWritable("two of its columns have the same name")
     return Written(query.text, tuple(column.name for column in query.columns), table, query.fields)
 
 
@@ -217,6 +214,9 @@ def _plan(node: _Tree, table: tuple[str, ...]) -> _Query:
             output = _reference(expression, scope)
             items.append(f"{metastore.quoted(scope[output.key].name)} AS {metastore.quoted(output.name)}")
         outputs.append(output)
+    names = [column.name.lower() for column in outputs]
+    if len(set(names)) < len(names):  # a name the text would refer to could not tell them apart
+        raise NotWritable("two of its columns have the same name")
     return dataclasses.replace(query, columns=outputs, items=tuple(items))
 
 
@@ -267,7 +267,8 @@ def _cast(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
         bits = _INTEGRAL[target][0]
         if -(2 ** (bits - 1)) <= int(child.fields["value"]) < 2 ** (bits - 1):
             return f"CAST({inner} AS {_sql_type(target)})"
-    raise NotWritable(f"it casts {source} to {target}, which depends on the session's ANSI setting")
+    raise NotWritable(f"it casts {source} to {target} (written as SQL are casts that cannot fail: a number widened, "
+                      "a literal that fits)")
 
 
 def _literal(value: str | None, data_type: str) -> str:
