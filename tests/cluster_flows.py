@@ -242,8 +242,28 @@ def names_change(spark, dynsource, paths):
     return {"runs": runs}
 
 
+def views(spark, dynsource, paths):
+    """A view of SQL text and a DataFrame's view over a registered table, each queried twice through dynsource.sql
+    (one DataFrame, two actions): the rows, ``spark.sql``'s, whether Spark's reader read the table, and the report."""
+    dynsource.register_table(spark, "cluster_views_sales", path=paths["store_sales"], replace=True)
+    spark.read.parquet(paths["date_dim"]).createOrReplaceTempView("cluster_views_dates")
+    spark.sql("CREATE OR REPLACE TEMP VIEW cluster_views_text AS SELECT * FROM cluster_views_sales")
+    spark.table("cluster_views_sales").where("ss_customer_sk < 500").createOrReplaceTempView("cluster_views_frame")
+    result = {}
+    for view in ("cluster_views_text", "cluster_views_frame"):
+        query = f"""SELECT d_moy, count(*), sum(ss_sales_price) FROM {view} s JOIN cluster_views_dates d
+                    ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {MONTH} GROUP BY d_moy"""
+        df = dynsource.sql(spark, query)
+        with contextlib.redirect_stdout(io.StringIO()) as plan:
+            df.explain()
+        result[view] = {"rows": [rows(df), rows(df)], "spark": rows(spark.sql(query)),
+                        "read_by": "python" if "(Python)" in plan.getvalue() else "spark",
+                        "report": str(dynsource.scan_report(df))}
+    return result
+
+
 FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in (demo_join, row_filter, dynamic_join, catalog_sql, auto_dpp,
-                                                           late_filter, s3_store, readers, names_change)}
+                                                           late_filter, s3_store, readers, names_change, views)}
 
 
 class _Records(logging.Handler):

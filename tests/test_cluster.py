@@ -135,6 +135,21 @@ def test_a_query_run_again_while_its_names_change_meaning_reads_what_they_mean_n
     assert planned_again == ([0, 0, 0, 1, 1] if mode == "connect" else [0, 0, 0, 0, 0])
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_views_over_a_registered_table_are_seen_through_where_the_client_reads_the_session_catalog(request, mode):
+    """In a classic session a view of SQL text and a DataFrame's view over a registered table are seen through (Spark's
+    reader reads the table); over Spark Connect, whose client cannot read a view's definition, they are read as Spark
+    reads them and the report says why. The rows are Spark's in both, action after action."""
+    for view, result in flow(request, mode, "views").items():
+        assert result["rows"] == [result["spark"], result["spark"]], view
+        if mode == "classic":
+            assert result["read_by"] == "spark" and "read as Spark reads it" not in result["report"], result
+        else:
+            assert result["read_by"] == "python", result
+            assert (f"view {view} is read as Spark reads it: it reads the registered table "
+                    "default.cluster_views_sales, and over Spark Connect") in result["report"], result
+
+
 def test_executors_never_open_a_filter_store(cluster, classic, connect):
     assert cluster.worker_home.is_dir()
     assert not (cluster.worker_home / ".cache" / "dynsource").exists()

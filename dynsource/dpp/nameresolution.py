@@ -70,6 +70,8 @@ class Relation:
     name: str
     schema: StructType
     definition: catalog.TableDefinition | None = None  # set for a registered dynsource table
+    # The registered table a view reads, where a Spark Connect lookup shows one (a view is not seen through there).
+    view_of: str | None = None
 
     @property
     def key(self) -> str:
@@ -227,22 +229,23 @@ class Resolver:
         if alias is None:
             return None, None
         resolved = alias[1].lower().split(".")
+        source = _PYTHON_SCAN.search(plan)
+        source = None if source is None else source[1].lower()
         if len(resolved) == 1:
-            return Relation(TEMPORARY, resolved[0], schema), None
+            return Relation(TEMPORARY, resolved[0], schema, view_of=_view_of(source, "")), None
         if len(resolved) == 2 and resolved[0] == self.global_database:
-            return Relation(self.global_database, resolved[1], schema), None
+            return Relation(self.global_database, resolved[1], schema, view_of=_view_of(source, "")), None
         if len(resolved) != 3 or resolved[0] != "spark_catalog":
             return None, None
         database, name = resolved[1:]
         current_database = database if len(parts) == 1 else None  # a catalog table named alone lies in the current
-        source = _PYTHON_SCAN.search(plan)
-        if source is not None and source[1].lower() == f"{catalog.SOURCE_PREFIX}{database}.{name}":
+        if source == f"{catalog.SOURCE_PREFIX}{database}.{name}":
             try:
                 definition = catalog.load_definition(self.spark, f"{database}.{name}")
                 return Relation(database, name, definition.schema, definition), current_database
             except ValueError:
                 pass  # its definition is gone: read as Spark reads it
-        return Relation(database, name, schema), current_database
+        return Relation(database, name, schema, view_of=_view_of(source, f"{database}.{name}")), current_database
 
     def _temporary_view(self, name: str) -> Relation | None:
         """A temporary view of the session. One made from a DataFrame holds its analysed plan, whose schema the
@@ -313,6 +316,14 @@ class Resolver:
         """Whether the session has a temporary view ``name`` (classic sessions only)."""
         session = self._session_catalog
         return session is not None and session.catalog.isTempView(session.identifier(name))
+
+
+def _view_of(source: str | None, name: str) -> str | None:
+    """The registered table that the Python data source ``source`` (of a name's plan, resolved to ``name``) reads,
+    where that is another name's: the name is a view over it."""
+    if source is None or not source.startswith(catalog.SOURCE_PREFIX) or source == catalog.SOURCE_PREFIX + name:
+        return None
+    return source.removeprefix(catalog.SOURCE_PREFIX)
 
 
 def _still_registered(spark: SparkSession, relation: Relation, plan: str) -> bool:

@@ -133,6 +133,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
     relations = resolver.resolve_all(references)
+    result.notes += _connect_views(relations)
     tables, definitions = _table_infos(relations)
     detected = _detect(query, tables, resolver.current_database, relations)
     result.notes += [
@@ -355,6 +356,15 @@ def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
                  tuple(tuple(part.name for part in table.parts) for table in nameresolution.references(parsed)))
         _shapes.put(query, shape)
     return shape
+
+
+def _connect_views(relations: Sequence[nameresolution.Relation | None]) -> list[str]:
+    """Why each view over a registered table that a Spark Connect lookup found is read as Spark reads it."""
+    return list(dict.fromkeys(
+        f"view {relation.name if relation.database == sqltree.TEMPORARY else relation.key} is read as Spark reads "
+        f"it: it reads the registered table {relation.view_of}, and over Spark Connect the client cannot read a "
+        "view's definition to see through it (name the table in the query)"
+        for relation in relations if relation is not None and relation.view_of))
 
 
 def _table_infos(relations: Sequence[nameresolution.Relation | None]) -> tuple[
