@@ -192,6 +192,8 @@ FRAME_SHAPES = {
     "filtered, renamed and aliased": (
         lambda spark, t: spark.table(t).alias("s").where((F.col("region") == "east") & (F.col("v") > 10))
         .select("v", F.col("date_key").alias("dk")), "dk", "v"),
+    "computed": (lambda spark, t: spark.table(t).withColumn("v2", F.col("v") * 2 + 1).where(F.col("v") - 3 > 0),
+                 "date_key", "v2"),
     "literals of each type": (
         lambda spark, t: spark.table(t).where(F.col("date_key").isin(*DATES[:4]) & F.col("region").isNotNull()
                                               & ~F.col("v").eqNullSafe(F.lit(None))
@@ -253,8 +255,20 @@ def test_a_dataframes_view_is_pruned_by_a_collected_filter_and_follows_its_repla
 
 def test_a_dataframes_view_not_written_as_sql_is_read_as_spark_reads_it_and_the_report_says_why(spark, sales):
     dates = spark.table("view_dates").select(F.col("d").alias("jd"))
+    ansi = spark.conf.get("spark.sql.ansi.enabled")
+    other = "false" if ansi == "true" else "true"
+
+    def under_other_ansi(t):
+        spark.conf.set("spark.sql.ansi.enabled", other)
+        try:  # a DataFrame is analysed as it is made
+            return spark.table(t).withColumn("v2", F.col("v") * 2)
+        finally:
+            spark.conf.set("spark.sql.ansi.enabled", ansi)
+
     shapes = [
-        (lambda t: spark.table(t).withColumn("v2", F.col("v") * 2), "it computes Multiply"),
+        (lambda t: spark.table(t).withColumn("v2", F.col("v") / 2), "it computes Divide"),
+        (under_other_ansi, f"its arithmetic was analysed with spark.sql.ansi.enabled={other} and the session has "
+                           f"spark.sql.ansi.enabled={ansi}"),
         (lambda t: spark.table(t).join(dates, F.col("date_key") == dates.jd), "its plan holds a Join"),
         (lambda t: spark.table(t).where(F.col("date_key").cast("string") >= "20240203"),
          "it casts integer to string (written as SQL are casts that cannot fail"),

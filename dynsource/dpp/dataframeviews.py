@@ -7,11 +7,12 @@ to the same plan, and the view is seen through as a view of that text::
 
     SELECT `v` AS `v`, `date_key` AS `dk` FROM `spark_catalog`.`default`.`s` WHERE (`region` = 'east')
 
-Only what means the same in every session is written: column references, literals of the types below, comparisons,
-``AND``/``OR``/``NOT``, ``IN`` lists, ``IS [NOT] NULL``, and casts that cannot fail or depend on a setting
-(widening a number, a literal that fits, a typed ``NULL``). Spark's plan does not record whether its arithmetic and
-functions ran under ANSI rules, so a plan that computes anything else (``withColumn("x", col("v") * 2)``, a UDF),
-joins, aggregates or reads a view is read as Spark reads it, and the query's report names what stopped it.
+Only what the session analyses to the same meaning is written: column references, literals of the types below,
+comparisons, ``AND``/``OR``/``NOT``, ``IN`` lists, ``IS [NOT] NULL``, casts that cannot fail or depend on a setting
+(widening a number, a literal that fits, a typed ``NULL``), and ``+ - *`` of integers and floating point numbers
+analysed under the session's ``spark.sql.ansi.enabled`` (read from the JVM's plan: Spark's JSON leaves it out). A
+plan that computes anything else (a division, decimals, a function, a UDF), joins or aggregates is read as Spark
+reads it, and the query's report names what stopped it.
 
 The plan is the view's as Spark made it: its columns are the table's columns then, taken by name; when the table's
 registered columns differ now (a table registered again under the name), the view is read as Spark reads it.
@@ -42,6 +43,10 @@ _PASSED = frozenset({"SubqueryAlias", "View"})
 _LEAVES = frozenset({"DataSourceV2Relation", "V2TableReference"})
 _COMPARISONS = {"EqualTo": "=", "EqualNullSafe": "<=>", "LessThan": "<", "LessThanOrEqual": "<=",
                 "GreaterThan": ">", "GreaterThanOrEqual": ">=", "And": "AND", "Or": "OR"}
+# Arithmetic of numbers other than decimals (whose result type depends on a setting), as the session computes it
+# now where the view computed it under the same spark.sql.ansi.enabled (Spark's JSON leaves out its evalMode).
+_ARITHMETIC = {"Add": "+", "Subtract": "-", "Multiply": "*"}
+_ANSI = {"ANSI": "true", "LEGACY": "false"}
 _INTEGRAL = {"byte": (8, "TINYINT"), "short": (16, "SMALLINT"), "integer": (32, "INT"), "long": (64, "BIGINT")}
 _OTHER_TYPES = {"double": "DOUBLE", "float": "FLOAT", "string": "STRING", "boolean": "BOOLEAN", "date": "DATE"}
 _DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
@@ -62,6 +67,7 @@ class Written:
     table: tuple[str, ...] = ()
     fields: tuple[tuple[str, Any], ...] = ()
     reason: str = ""
+    ansi: str | None = None  # the spark.sql.ansi.enabled its arithmetic was analysed under; None: it has none
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,12 @@ class _Query:
 _written: LruMap[tuple[Any, Written | None]] = LruMap(PLANS_KEPT)
 
 
-def definition(view: metastore.PlanView, registered: Any) -> metastore.ViewDefinition | None:
+def definition(view: metastore.PlanView, registered: Any, ansi: Any) -> metastore.ViewDefinition | None:
     """``view`` as a view of SQL text over a registered dynsource table; None when its plan reads none.
 
-    ``registered(database, name)`` is the registered table's definition, or None. A plan that reads one but cannot
-    be written gives a definition whose ``unseen`` says why.
+    ``registered(database, name)`` is the registered table's definition, or None; ``ansi()`` the session's
+    ``spark.sql.ansi.enabled``. A plan that reads one but cannot be written gives a definition whose ``unseen``
+    says why.
     """
     written = _plan_written(view)
     if written is None:
@@ -124,6 +131,9 @@ def definition(view: metastore.PlanView, registered: Any) -> metastore.ViewDefin
     changed = [name for name, data_type in written.fields if now.get(name.lower()) != data_type]
     unseen = (f"the columns {', '.join(changed)} of {'.'.join(written.table)} are not what they were when the view "
               "was made") if changed else ""
+    if not unseen and written.ansi is not None and written.ansi != (now_ansi := ansi()):
+        unseen = (f"its arithmetic was analysed with spark.sql.ansi.enabled={written.ansi} and the session has "
+                  f"spark.sql.ansi.enabled={now_ansi}")
     return metastore.ViewDefinition(written.text, written.table[:2], written.columns, written.columns, (), (), True,
                                     unseen=unseen)
 
@@ -143,7 +153,9 @@ def _plan_written(view: metastore.PlanView) -> Written | None:
     if tables:
         try:
             _check_options(plan)
-            written = write(json.loads(plan.toJSON()), tuple(next(iter(tables)).split(".")))
+            nodes = json.loads(plan.toJSON())
+            _read_eval_modes(plan, nodes)
+            written = write(nodes, tuple(next(iter(tables)).split(".")))
         except NotWritable as why:
             written = Written(reason=str(why))
     _written.put(tree, (plan if written is not None else None, written))
@@ -161,6 +173,42 @@ def _check_options(plan: Any) -> None:
             raise NotWritable(f"it reads its table with options {keys}")
 
 
+def _read_eval_modes(plan: Any, nodes: Sequence[dict[str, Any]]) -> None:
+    """Give each arithmetic node of ``nodes`` (Spark's JSON of ``plan``) its ``evalMode``, read from the JVM's plan:
+    the JSON lists a plan's nodes, and each expression's, in the order of a walk from the root."""
+    if not any(_kind(expression) in _ARITHMETIC for node in nodes for expression in _expression_nodes(node)):
+        return
+    for node, jvm in zip(nodes, _walk(plan), strict=True):
+        if _kind(node) == "Project":
+            items = jvm.projectList()
+            roots = [items.apply(i) for i in range(items.size())]
+        elif _kind(node) == "Filter":
+            roots = [jvm.condition()]
+        else:
+            continue
+        walked = [expression for root in roots for expression in _walk(root)]
+        for expression, jvm_expression in zip(_expression_nodes(node), walked, strict=True):
+            if _kind(expression) in _ARITHMETIC:
+                expression["evalMode"] = jvm_expression.evalMode().toString()
+
+
+def _walk(node: Any) -> list[Any]:
+    """The JVM tree ``node`` and its subtrees, root first, children in order."""
+    children = node.children()
+    return [node, *(walked for i in range(children.size()) for walked in _walk(children.apply(i)))]
+
+
+def _expression_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON nodes of a Project's or a Filter's expressions, in order."""
+    if _kind(node) == "Project":
+        return [expression for item in node["projectList"] for expression in item]
+    return list(node["condition"]) if _kind(node) == "Filter" else []
+
+
+def _kind(node: dict[str, Any]) -> str:
+    return node["class"].rsplit(".", 1)[-1]
+
+
 def _same(kept: Any, plan: Any) -> bool:
     try:
         return bool(kept.equals(plan))
@@ -171,7 +219,12 @@ def _same(kept: Any, plan: Any) -> bool:
 def write(nodes: Sequence[dict[str, Any]], table: tuple[str, ...]) -> Written:
     """The plan whose Spark JSON is ``nodes``, over ``table`` (catalog, database, name), as SQL text."""
     query = _plan(_tree(nodes), table)
-    return Written(query.text, tuple(column.name for column in query.columns), table, query.fields)
+    modes = {expression.get("evalMode") for node in nodes for expression in _expression_nodes(node)
+             if _kind(expression) in _ARITHMETIC}
+    if len(modes) > 1:
+        raise NotWritable(f"its arithmetic was analysed under several settings ({', '.join(sorted(map(str, modes)))})")
+    return Written(query.text, tuple(column.name for column in query.columns), table, query.fields,
+                   ansi=_ANSI[modes.pop()] if modes else None)
 
 
 def _tree(nodes: Sequence[dict[str, Any]]) -> _Tree:
@@ -243,8 +296,15 @@ def _expression(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
         return f"({_expression(children[0], scope)} IN ({values}))"
     if kind == "Cast":
         return _cast(node, scope)
-    raise NotWritable(f"it computes {kind} (written as SQL are comparisons, AND, OR, NOT, IN and IS NULL of columns "
-                      "and literals)")
+    if kind in _ARITHMETIC:
+        if node.fields.get("evalMode") not in _ANSI:
+            raise NotWritable(f"it computes {kind} in {node.fields.get('evalMode')} mode")
+        if _type(node) not in _INTEGRAL and _type(node) not in ("double", "float"):
+            raise NotWritable(f"it computes {kind} of {_type(node)} values (written as SQL is arithmetic of integers "
+                              "and floating point numbers)")
+        return f"({_expression(children[0], scope)} {_ARITHMETIC[kind]} {_expression(children[1], scope)})"
+    raise NotWritable(f"it computes {kind} (written as SQL are comparisons, AND, OR, NOT, IN, IS NULL, +, - and * "
+                      "of columns and literals)")
 
 
 def _cast(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
@@ -269,6 +329,16 @@ def _cast(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
             return f"CAST({inner} AS {_sql_type(target)})"
     raise NotWritable(f"it casts {source} to {target} (written as SQL are casts that cannot fail: a number widened, "
                       "a literal that fits)")
+
+
+def _type(node: _Tree) -> Any:
+    """The type of ``node``: given by Spark's JSON of a column, a literal and a cast; an arithmetic's is its left
+    operand's (Spark casts both operands to one type)."""
+    if node.kind in _ARITHMETIC:
+        return _type(node.children[0])
+    if "dataType" not in node.fields:
+        raise NotWritable(f"its arithmetic takes a {node.kind}")
+    return node.fields["dataType"]
 
 
 def _literal(value: str | None, data_type: str) -> str:

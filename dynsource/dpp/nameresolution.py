@@ -310,7 +310,9 @@ class Resolver:
 
     def _written(self, found: metastore.ViewDefinition | metastore.PlanView | None) -> metastore.ViewDefinition | None:
         """A DataFrame's view written as SQL text where it reads a registered table (see dataframeviews)."""
-        return dataframeviews.definition(found, self.definition) if isinstance(found, metastore.PlanView) else found
+        if not isinstance(found, metastore.PlanView):
+            return found
+        return dataframeviews.definition(found, self.definition, lambda: self.spark.conf.get("spark.sql.ansi.enabled"))
 
     def is_temporary_view(self, name: str) -> bool:
         """Whether the session has a temporary view ``name`` (classic sessions only)."""
