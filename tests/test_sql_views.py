@@ -269,7 +269,7 @@ def test_a_dataframes_view_not_written_as_sql_is_read_as_spark_reads_it_and_the_
         (lambda t: spark.table(t).withColumn("v2", F.col("v") / 2), "it computes Divide"),
         (under_other_ansi, f"its arithmetic was analysed with spark.sql.ansi.enabled={other} and the session has "
                            f"spark.sql.ansi.enabled={ansi}"),
-        (lambda t: spark.table(t).join(dates, F.col("date_key") == dates.jd), "its plan holds a Join"),
+        (lambda t: spark.table(t).join(dates, F.col("date_key") == dates.jd), "its plan reads 2 relations"),
         (lambda t: spark.table(t).where(F.col("date_key").cast("string") >= "20240203"),
          "it casts integer to string (written as SQL are casts that cannot fail"),
         (lambda t: spark.read.option("partitionFilter", "date_key > 20240202").table(t),

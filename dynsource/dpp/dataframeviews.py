@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +112,8 @@ class _Query:
 _written: LruMap[tuple[Any, Written | None]] = LruMap(PLANS_KEPT)
 
 
-def definition(view: metastore.PlanView, registered: Any, ansi: Any) -> metastore.ViewDefinition | None:
+def definition(view: metastore.PlanView, registered: Callable[[str, str], Any | None],
+               ansi: Callable[[], str]) -> metastore.ViewDefinition | None:
     """``view`` as a view of SQL text over a registered dynsource table; None when its plan reads none.
 
     ``registered(database, name)`` is the registered table's definition, or None; ``ansi()`` the session's
@@ -152,7 +153,7 @@ def _plan_written(view: metastore.PlanView) -> Written | None:
     written = None
     if tables:
         try:
-            _check_options(plan)
+            _check_leaf(plan)
             nodes = json.loads(plan.toJSON())
             _read_eval_modes(plan, nodes)
             written = write(nodes, tuple(next(iter(tables)).split(".")))
@@ -162,15 +163,18 @@ def _plan_written(view: metastore.PlanView) -> Written | None:
     return written
 
 
-def _check_options(plan: Any) -> None:
-    """Raise where ``plan`` reads with options (``spark.read.option(...).table(name)``): SQL text of the table's
-    name reads without them. Spark's JSON of a plan leaves them out."""
+def _check_leaf(plan: Any) -> None:
+    """Raise where ``plan`` reads more than one relation (before Spark's JSON of it, which would hold a local
+    relation's rows), or reads its table with options (``spark.read.option(...).table(name)``): SQL text of the
+    table's name reads without them, and Spark's JSON of a plan leaves them out."""
     leaves = plan.collectLeaves()
-    for position in range(leaves.size()):
-        leaf = leaves.apply(position)
-        if leaf.getClass().getSimpleName() in _LEAVES and not leaf.options().isEmpty():
-            keys = leaf.options().asCaseSensitiveMap().keySet().toString()  # not the values: one may be a secret
-            raise NotWritable(f"it reads its table with options {keys}")
+    if leaves.size() != 1:
+        raise NotWritable(f"its plan reads {leaves.size()} relations (written as SQL are projections and filters of "
+                          "one registered table)")
+    leaf = leaves.apply(0)
+    if leaf.getClass().getSimpleName() in _LEAVES and not leaf.options().isEmpty():
+        keys = leaf.options().asCaseSensitiveMap().keySet().toString()  # not the values: one may be a secret
+        raise NotWritable(f"it reads its table with options {keys}")
 
 
 def _read_eval_modes(plan: Any, nodes: Sequence[dict[str, Any]]) -> None:
