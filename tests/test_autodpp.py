@@ -517,10 +517,18 @@ def test_the_query_predicates_on_partition_columns_prune_through_partition_filte
     (assignment,) = report.assignments
     assert assignment.handle is None and assignment.partition_filter == "(ss_sold_date_sk < 12)"
     assert report.scans() == [None]  # no dynamic filter, so no dynamic scan report
+    # The same terms in parentheses, as generated SQL writes them.
+    parenthesised, again = run(star, "SELECT count(*), sum(ss_sales_price) FROM {fact} s WHERE (s.ss_sold_date_sk < 12 "
+                                     "AND ((ss_store_sk > 2) AND ss_sold_date_sk % 2 = 0))")
+    assert parenthesised == rows and again.assignments[0].partition_filter == "(ss_sold_date_sk < 12)"
     _, joined = run(star, "SELECT d_moy, count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
                           "WHERE d_moy = 3 AND ss_sold_date_sk BETWEEN 0 AND 10 GROUP BY d_moy")
     (both,) = joined.assignments
     assert both.handle is not None and both.partition_filter == "(ss_sold_date_sk BETWEEN 0 AND 10)"
+    _, parenthesised = run(star, "SELECT d_moy, count(*) FROM {fact} JOIN date_dim ON (ss_sold_date_sk = d_date_sk) "
+                                 "WHERE (d_moy = 3 AND (ss_sold_date_sk BETWEEN 0 AND 10)) GROUP BY d_moy")
+    assert [(a.handle is not None, a.partition_filter) for a in parenthesised.assignments] == [
+        (True, "(ss_sold_date_sk BETWEEN 0 AND 10)")]
     assert joined.scans()[0].partitions_kept == 1  # of the March days 2, 14, 26, 38 and 50, only 2 is at most 10
 
 

@@ -28,10 +28,14 @@ def tokens(text: str) -> tuple[Token, ...]:
 
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    """The terms of ``node``'s ANDs, parentheses around them and around ANDs inside them removed:
+    ``WHERE (a = 1 AND (b = 2 AND c = 3))`` gives three, as generated SQL often writes them."""
     if node is None:
         return []
-    node = node.this if isinstance(node, exp.Where) else node
-    return list(node.flatten()) if isinstance(node, exp.And) else [node.unnest()]
+    node = (node.this if isinstance(node, exp.Where) else node).unnest()
+    if isinstance(node, exp.And):
+        return [term for side in (node.left, node.right) for term in conjuncts(side)]
+    return [node]
 
 
 def only_source(node: exp.Expression) -> str | None:
