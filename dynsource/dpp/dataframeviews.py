@@ -149,14 +149,14 @@ def _plan_written(view: metastore.PlanView) -> Written | None:
     plan = view.plan.get()
     if kept is not None and _same(kept[0], plan):
         return kept[1]
-    tables = {found[1] for found in _V2_LEAF.finditer(tree)}
+    leaf = _V2_LEAF.search(tree)
     written = None
-    if tables:
+    if leaf is not None:
         try:
             _check_leaf(plan)
             nodes = json.loads(plan.toJSON())
             _read_eval_modes(plan, nodes)
-            written = write(nodes, tuple(next(iter(tables)).split(".")))
+            written = write(nodes, tuple(leaf[1].split(".")))
         except NotWritable as why:
             written = Written(reason=str(why))
     _written.put(tree, (plan if written is not None else None, written))
@@ -259,8 +259,8 @@ def _plan(node: _Tree, table: tuple[str, ...]) -> _Query:
     query = child if child.items is None else _Query(f"({child.text}) AS {_ALIAS}", child.columns, child.fields)
     scope = {column.key: column for column in query.columns}
     if node.kind == "Filter":
-        conditions = tuple(_expression(conjunct, scope) for conjunct in _conjuncts(_tree(node.fields["condition"])))
-        return dataclasses.replace(query, conditions=(*query.conditions, *conditions))
+        condition = _expression(_tree(node.fields["condition"]), scope)
+        return dataclasses.replace(query, conditions=(*query.conditions, condition))
     items, outputs = [], []
     for item in node.fields["projectList"]:
         expression = _tree(item)
@@ -275,12 +275,6 @@ def _plan(node: _Tree, table: tuple[str, ...]) -> _Query:
     if len(set(names)) < len(names):  # a name the text would refer to could not tell them apart
         raise NotWritable("two of its columns have the same name")
     return dataclasses.replace(query, columns=outputs, items=tuple(items))
-
-
-def _conjuncts(node: _Tree) -> list[_Tree]:
-    """The terms of ``node``'s top-level ANDs, each a condition of its own (one on a partition column alone becomes
-    a ``partitionFilter``)."""
-    return [term for child in node.children for term in _conjuncts(child)] if node.kind == "And" else [node]
 
 
 def _expression(node: _Tree, scope: dict[tuple[Any, Any], _Column]) -> str:
