@@ -166,6 +166,35 @@ def test_a_view_not_seen_through_is_read_as_spark_reads_it_and_the_report_says_w
         drop_views(spark)
 
 
+def test_a_view_made_under_a_default_the_session_changed_since_is_read_as_spark_reads_it(spark, sales):
+    """Spark analyses a view under the defaults of the settings it did not capture, not under the session's: with
+    ``spark.sql.legacy.sizeOfNull`` set to false since, the view's ``size(NULL)`` is still -1, where the same text
+    read in the view's place would give NULL."""
+    ansi, size_of_null = "spark.sql.ansi.enabled", "spark.sql.legacy.sizeOfNull"
+    before = spark.conf.get(ansi)
+    spark.conf.set(ansi, "false")  # captured by every view; sizeOfNull applies only with ANSI off
+    spark.conf.unset(size_of_null)  # the view is made under the default, so it captures nothing of it
+    spark.sql("CREATE TEMP VIEW v_settings AS SELECT v, date_key, size(CAST(NULL AS ARRAY<INT>)) AS n "
+              "FROM views_sales")
+    spark.conf.set(size_of_null, "false")
+    try:
+        query = "SELECT count(*), min(n) FROM v_settings WHERE n IS NOT NULL"
+        assert rows(spark.sql(query)) == [(ROWS, -1)]
+        df = dynsource.sql(spark, query)
+        for _ in range(2):
+            assert rows(df) == [(ROWS, -1)]
+        report = str(dynsource.scan_report(df))
+        assert (f"view v_settings is read as Spark reads it: the session has {size_of_null}=false, and it was made "
+                "with the default (true)") in report, report
+        spark.conf.unset(size_of_null)  # the session back at the default: the view is seen through again
+        df = dynsource.sql(spark, query)
+        assert rows(df) == [(ROWS, -1)] and "(Python)" not in plan(df), str(dynsource.scan_report(df))
+    finally:
+        spark.conf.set(ansi, before)
+        spark.conf.unset(size_of_null)
+        drop_views(spark)
+
+
 @pytest.mark.parametrize("shape", ["temporary, all columns", "renamed and filtered", "a view over a view",
                                    "persistent", "global temporary"])
 def test_a_view_passing_the_tables_rows_through_is_pruned_by_a_collected_filter(spark, sales, shape):

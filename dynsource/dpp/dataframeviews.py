@@ -124,7 +124,8 @@ def definition(view: metastore.PlanView, registered: Callable[[str, str], Any | 
     if written is None:
         return None
     if written.reason:
-        return metastore.ViewDefinition("", ("spark_catalog", "default"), (), (), (), (), True, unseen=written.reason)
+        return metastore.ViewDefinition("", ("spark_catalog", "default"), (), (), None, (), True,
+                                        unseen=written.reason)
     table = registered(*written.table[1:])
     if table is None:
         return None
@@ -135,7 +136,7 @@ def definition(view: metastore.PlanView, registered: Callable[[str, str], Any | 
     if not unseen and written.ansi is not None and written.ansi != (now_ansi := ansi()):
         unseen = (f"its arithmetic was analysed with spark.sql.ansi.enabled={written.ansi} and the session has "
                   f"spark.sql.ansi.enabled={now_ansi}")
-    return metastore.ViewDefinition(written.text, written.table[:2], written.columns, written.columns, (), (), True,
+    return metastore.ViewDefinition(written.text, written.table[:2], written.columns, written.columns, None, (), True,
                                     unseen=unseen)
 
 

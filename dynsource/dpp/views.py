@@ -18,8 +18,9 @@ Spark does the same with a view (it analyses the view's text in the view's place
   expression of the query can capture it;
 - the view's columns are the text's output columns it recorded, taken by name and renamed as the view renames
   them (``CREATE VIEW v (a, b) AS ...``), so a column added to the table since does not appear;
-- Spark analyses a view under the SQL settings captured when it was made: a view made under settings that differ
-  from the session's now is not seen through.
+- Spark analyses a view under the SQL settings captured when it was made (the others at their defaults): a view
+  made under settings that differ from those the session would analyse its text under is not seen through
+  (:mod:`dynsource.spark.viewsettings`).
 
 A view not seen through is read as Spark reads it, and the query's report says why (its text is one sqlglot cannot
 parse, it was made under other settings, it names a view in another catalog, ...). A temporary view of a
@@ -39,7 +40,7 @@ from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import nameresolution, sqltree
 from dynsource.runtime.lru import LruMap
-from dynsource.spark import metastore
+from dynsource.spark import metastore, viewsettings
 
 MAX_DEPTH = 32  # views over views: deeper ones are read as Spark reads them
 SHAPES_KEPT = 256
@@ -177,15 +178,10 @@ def _inner(spark: SparkSession, resolver: nameresolution.Resolver, view: metasto
 
 
 def _check_settings(spark: SparkSession, view: metastore.ViewDefinition) -> None:
-    """Raise when the session's SQL settings differ from those ``view`` was made under (Spark analyses its text
-    under those)."""
-    for key, value in view.configs:
-        try:
-            now = spark.conf.get(key)  # the default where unset, as Spark would use
-        except Exception:  # a key neither set nor known to this Spark
-            now = None
-        if now != value:
-            raise NotSeenThrough(f"it was made with {key}={value} and the session has {key}={now}")
+    """Raise when the session would analyse ``view``'s text under other SQL settings than Spark analyses the view."""
+    why = None if view.configs is None else viewsettings.difference(spark, view.configs)
+    if why is not None:
+        raise NotSeenThrough(why)
 
 
 def _end(table: exp.Table) -> int:

@@ -71,7 +71,8 @@ class ViewDefinition:
     """What Spark stored of a view defined by SQL text, all Spark needs to analyse the view again.
 
     Spark analyses the text with its names resolved in ``namespace`` (the catalog and database current when the
-    view was made), under the SQL settings ``configs`` captured then; a temporary view's text may name the
+    view was made), under the SQL settings ``configs`` captured then (None for text dynsource wrote from a
+    DataFrame's analysed plan, whose meaning no setting changes); a temporary view's text may name the
     temporary views in ``temporary_views`` (as their name parts), no other. The view's columns are the text's
     output columns named ``query_columns``, renamed ``columns`` (``CREATE VIEW v (a, b) AS ...``).
     """
@@ -80,7 +81,7 @@ class ViewDefinition:
     namespace: tuple[str, ...]
     query_columns: tuple[str, ...]
     columns: tuple[str, ...]
-    configs: tuple[tuple[str, str], ...]
+    configs: tuple[tuple[str, str], ...] | None
     temporary_views: tuple[tuple[str, ...], ...]
     temporary: bool
     unseen: str = ""  # why it cannot be seen through, where that is known before reading its text
