@@ -64,6 +64,7 @@ _AUTO_FORMATS = ("parquet", "orc")
 _GLOB = re.compile(r"[{}\[\]*?\\]")  # a path with any of these is a pattern to Spark's reader, not a name
 _PARQUET_IN_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 _DISCOVERY_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_SPARK_DISCOVERY_THRESHOLD = 32  # its default
 _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the session's threshold and restores it
 LISTED_KEPT = 32
 _LISTED: weakref.WeakKeyDictionary[SparkSession, LruMap[DataFrame]] = weakref.WeakKeyDictionary()
@@ -206,15 +207,18 @@ def _driver_looks_up(spark: SparkSession, paths: int) -> Iterator[None]:
         yield
         return
     with _DISCOVERY_LOCK:
-        before = spark.conf.get(_DISCOVERY_THRESHOLD)
-        if int(before) >= paths:
+        before = spark.conf.get(_DISCOVERY_THRESHOLD, None)  # None: unset, at Spark's default
+        if int(before or _SPARK_DISCOVERY_THRESHOLD) >= paths:
             yield
             return
         spark.conf.set(_DISCOVERY_THRESHOLD, str(paths))
         try:
             yield
-        finally:
-            spark.conf.set(_DISCOVERY_THRESHOLD, before)
+        finally:  # unset again where it was: a view made since captures no setting of dynsource's
+            if before is None:
+                spark.conf.unset(_DISCOVERY_THRESHOLD)
+            else:
+                spark.conf.set(_DISCOVERY_THRESHOLD, before)
 
 
 def _projected(schema: StructType, columns: Sequence[str] | None) -> StructType:
