@@ -243,14 +243,17 @@ def names_change(spark, dynsource, paths):
 
 
 def views(spark, dynsource, paths):
-    """A view of SQL text and a DataFrame's view over a registered table, each queried twice through dynsource.sql
-    (one DataFrame, two actions): the rows, ``spark.sql``'s, whether Spark's reader read the table, and the report."""
+    """A temporary view of SQL text, a DataFrame's view and a persistent view over a registered table, each queried
+    twice through dynsource.sql (one DataFrame, two actions): the rows, ``spark.sql``'s, whether Spark's reader read
+    the table, and the report."""
     dynsource.register_table(spark, "cluster_views_sales", path=paths["store_sales"], replace=True)
     spark.read.parquet(paths["date_dim"]).createOrReplaceTempView("cluster_views_dates")
     spark.sql("CREATE OR REPLACE TEMP VIEW cluster_views_text AS SELECT * FROM cluster_views_sales")
     spark.table("cluster_views_sales").where("ss_customer_sk < 500").createOrReplaceTempView("cluster_views_frame")
+    spark.sql("CREATE OR REPLACE VIEW cluster_views_persistent AS SELECT ss_sold_date_sk, ss_sales_price "
+              "FROM cluster_views_sales WHERE ss_customer_sk < 700")
     result = {}
-    for view in ("cluster_views_text", "cluster_views_frame"):
+    for view in ("cluster_views_text", "cluster_views_frame", "cluster_views_persistent"):
         query = f"""SELECT d_moy, count(*), sum(ss_sales_price) FROM {view} s JOIN cluster_views_dates d
                     ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {MONTH} GROUP BY d_moy"""
         df = dynsource.sql(spark, query)

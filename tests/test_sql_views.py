@@ -74,7 +74,8 @@ QUERY = "SELECT count(*), sum({value}) FROM {view} JOIN view_dates ON {key} = d 
 
 
 def drop_views(spark) -> None:
-    for name in ("v_all", "v_east", "v_base", "v_top", "v_union", "v_join", "v_sales", "v_settings", "v_options"):
+    for name in ("v_all", "v_east", "v_base", "v_top", "v_union", "v_join", "v_sales", "v_settings", "v_options",
+                 "v_collated"):
         spark.catalog.dropTempView(name)
     spark.catalog.dropGlobalTempView("v_global")
     spark.sql("DROP VIEW IF EXISTS default.v_kept")
@@ -146,10 +147,14 @@ def test_a_view_not_seen_through_is_read_as_spark_reads_it_and_the_report_says_w
         spark.conf.set("spark.sql.ansi.enabled", before)
     spark.sql("CREATE TEMP VIEW v_options AS SELECT v, date_key FROM views_sales "
               "WITH ('partitionFilter' = 'date_key > 20240202')")
+    # Its literals compare without case ('ABC' = 'abc'); read in its place, they would not.
+    spark.sql("CREATE TEMP VIEW v_collated DEFAULT COLLATION UTF8_LCASE AS SELECT v, date_key FROM views_sales "
+              "WHERE 'ABC' = 'abc'")
     try:
         for view, why in [("v_settings", f"made with spark.sql.ansi.enabled=false and the session has "
                                          f"spark.sql.ansi.enabled={before}"),
-                          ("v_options", "its text could not be parsed")]:
+                          ("v_options", "its text could not be parsed"),
+                          ("v_collated", "it was made with the default collation UTF8_LCASE")]:
             query = QUERY.format(value="v", view=view, key="date_key")
             df = dynsource.sql(spark, query)
             assert rows(df) == rows(spark.sql(query))

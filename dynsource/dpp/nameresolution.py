@@ -28,6 +28,7 @@ resolves the query again.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -59,7 +61,7 @@ _PYTHON_SCAN = re.compile(r"BatchScan (\S+?)\[.*\(Python\)")
 # In the analysed plan of spark.table(name).limit(0): a catalog table read by a data source V2, and its columns
 # (Spark 4.0 writes the table's name twice after them, 4.1+ once).
 _V2_RELATION = re.compile(r"^[+|: -]*SubqueryAlias (\S+)\n[+|: -]*RelationV2\[([^\]]*)\] (\S+)", re.MULTILINE)
-_ATTRIBUTE_ID = re.compile(r"#\d+$")
+_ATTRIBUTE_ID = re.compile(r"#\d+L?$")  # a column's id, and the L Spark adds to a BIGINT column's
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class Relation:
     name: str
     schema: StructType
     definition: catalog.TableDefinition | None = None  # set for a registered dynsource table
-    # The registered table a view reads, where a Spark Connect lookup shows one (a view is not seen through there).
+    # The registered table a view reads, where a Spark Connect lookup shows one.
     view_of: str | None = None
 
     @property
@@ -272,6 +274,9 @@ class Resolver:
     def definition(self, database: str, name: str) -> catalog.TableDefinition | None:
         """The definition of the registered dynsource table ``database.name`` of the session catalog; None when
         that names another table, or nothing, or a table replaced since it was registered."""
+        if deployment.is_connect(self.spark):  # the name's lookup tells
+            relation = self._connect_known(("spark_catalog", database, name))
+            return None if relation is None else relation.definition
         qualified = f"{database}.{name}"
         try:
             definition = catalog.load_definition(self.spark, qualified)
@@ -282,11 +287,15 @@ class Resolver:
     def view(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], metastore.ViewDefinition] | None:
         """The view defined by SQL text that ``parts`` names, as Spark resolves the name, with the name it resolved to
         (``(name,)`` for a temporary view, ``(global database, name)``, ``("spark_catalog", database, name)``); a
-        temporary view of a DataFrame over a registered table as its plan written as text; None for anything else,
-        and over Spark Connect (whose client cannot read the session catalog)."""
+        temporary view of a DataFrame over a registered table as its plan written as text; None for anything else.
+        Over Spark Connect, only a persistent view over a registered table (see :meth:`_connect_view`)."""
         session = self._session_catalog
         parts = tuple(part.lower() for part in parts)
-        if session is None or (len(parts) == 1 and parts[0] in self.frames):
+        if len(parts) == 1 and parts[0] in self.frames:
+            return None
+        if deployment.is_connect(self.spark):
+            return self._connect_view(parts)
+        if session is None:
             return None
         try:
             if len(parts) == 1:
@@ -307,6 +316,42 @@ class Resolver:
         except Py4JError:
             return None  # an internal API this Spark version lacks: the view is read as Spark reads it
         return None if found is None else (("spark_catalog", *parts), found)
+
+    def _connect_view(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], metastore.ViewDefinition] | None:
+        """Over Spark Connect, the persistent view over a registered table that ``parts`` names, as the server
+        describes it now (``DESCRIBE TABLE EXTENDED name AS JSON``, one request); the names worth describing are
+        known by what they resolved to at an earlier query of the session (see :meth:`look_up_unknown`). The
+        description names what the name resolves to now; a name left in the query is confirmed by its resolution.
+        A temporary view is described without the settings it was made under: it is read as Spark reads it."""
+        relation = self._connect_known(parts)
+        if relation is None or relation.view_of is None or relation.database in (TEMPORARY, self.global_database):
+            return None
+        try:
+            described = json.loads(_command_value(
+                self.spark.sql(f"DESCRIBE TABLE EXTENDED {metastore.quoted(*parts)} AS JSON")))
+        except AnalysisException:
+            return None  # gone since: the query's resolution reports it
+        found = metastore.described_view(described)
+        if found is None:
+            return None  # something else now (a temporary view made since, a table)
+        return ("spark_catalog", described["namespace"][0].lower(), described["table_name"].lower()), found
+
+    def look_up_unknown(self, names: Sequence[tuple[str, ...]]) -> None:
+        """Over Spark Connect, look up side by side those of ``names`` that no earlier query of the session
+        resolved (the others are confirmed by the query's own resolution)."""
+        if not deployment.is_connect(self.spark):
+            return
+        known = _known.get(self.spark)
+        unknown = [parts for parts in dict.fromkeys(tuple(p.lower() for p in parts) for parts in names)
+                   if parts[0] not in self.frames and (known is None or known.get(parts) is None)]
+        with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
+            list(pool.map(self.resolve, unknown))
+
+    def _connect_known(self, parts: tuple[str, ...]) -> Relation | None:
+        """What ``parts`` resolved to at an earlier query of the session, else what it resolves to now."""
+        known = _known.get(self.spark)
+        found = None if known is None else known.get(parts)
+        return self.resolve(parts) if found is None else found.relation
 
     def _written(self, found: metastore.ViewDefinition | metastore.PlanView | None) -> metastore.ViewDefinition | None:
         """A DataFrame's view written as SQL text where it reads a registered table (see dataframeviews)."""
@@ -333,17 +378,34 @@ def _still_registered(spark: SparkSession, relation: Relation, plan: str) -> boo
     before: the same catalog table, read by a data source V2 (as a Python data source is), with the same columns,
     and the same definition registered. The limit keeps Spark from planning the scan, which for a Python data source
     starts a Python worker (the full lookup's physical plan named the source itself)."""
-    found = _V2_RELATION.search(plan)
-    qualified = f"spark_catalog.{relation.key}"
-    if found is None or found[1].lower() != qualified or found[3].lower() != qualified:
-        return False
-    columns = [_ATTRIBUTE_ID.sub("", column) for column in found[2].split(", ")]
-    if columns != relation.schema.names:
+    if v2_relation(plan) != (f"spark_catalog.{relation.key}", relation.schema.names):
         return False
     try:
         return catalog.load_definition(spark, relation.key) == relation.definition
     except ValueError:
         return False  # its definition is gone
+
+
+def _command_value(df: DataFrame) -> Any:
+    """The first value of a command's result over Spark Connect. The server sends the rows with its reply to the
+    command (a local relation of Arrow data), which ``first()`` would send back to it to run: a round trip of
+    30-40 ms."""
+    relation = getattr(df._plan, "_plan", None)  # pyspark's CachedRelation of the reply
+    if relation is not None and relation.WhichOneof("rel_type") == "local_relation" and \
+            relation.local_relation.HasField("data"):
+        rows = pa.ipc.open_stream(relation.local_relation.data).read_all()
+        if rows.num_rows and rows.num_columns:
+            return rows.column(0)[0].as_py()
+    return df.first()[0]
+
+
+def v2_relation(plan: str) -> tuple[str, list[str]] | None:
+    """The catalog table (lower case) and its columns that an analysed ``plan`` reads by a data source V2 (as a
+    Python data source is) under its own name; None for anything else."""
+    found = _V2_RELATION.search(plan)
+    if found is None or found[1].lower() != found[3].lower():
+        return None
+    return found[1].lower(), [_ATTRIBUTE_ID.sub("", column) for column in found[2].split(", ")]
 
 
 def _at_once(*requests: Callable[[], Any]) -> tuple[Any, ...]:

@@ -133,9 +133,13 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         result.notes.append(f"the query could not be analysed: {sqltree.error_text(error)}")
         return result
     relations = resolver.resolve_all(references)
-    result.notes += _connect_views(relations)
+    result.notes += _connect_views(relations, resolver.global_database)
     tables, definitions = _table_infos(relations)
-    detected = _detect(query, tables, resolver.current_database, relations)
+    # The current database qualifies only a one-part name that resolved to nothing here (missing, another catalog's);
+    # over Spark Connect asking it is a round trip.
+    unresolved = any(relation is None and len(parts) == 1
+                     for parts, relation in zip(references, relations, strict=True))
+    detected = _detect(query, tables, resolver.current_database if unresolved else sqltree.TEMPORARY, relations)
     result.notes += [
         r.reason if r.fact is None else f"{_scan_name(r.fact)}: {r.reason}" for r in detected.refusals]
     by_scan: dict[detection.FactScan, list[detection.Pruning]] = {scan: [] for scan in detected.scans}
@@ -358,13 +362,16 @@ def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
     return shape
 
 
-def _connect_views(relations: Sequence[nameresolution.Relation | None]) -> list[str]:
-    """Why each view over a registered table that a Spark Connect lookup found is read as Spark reads it."""
+def _connect_views(relations: Sequence[nameresolution.Relation | None], global_database: str) -> list[str]:
+    """Why each temporary view over a registered table that a Spark Connect lookup found is read as Spark reads it
+    (a persistent view is seen through, or :mod:`dynsource.dpp.views` says why not)."""
     return list(dict.fromkeys(
         f"view {relation.name if relation.database == sqltree.TEMPORARY else relation.key} is read as Spark reads "
-        f"it: it reads the registered table {relation.view_of}, and over Spark Connect the client cannot read a "
-        "view's definition to see through it (name the table in the query)"
-        for relation in relations if relation is not None and relation.view_of))
+        f"it: it reads the registered table {relation.view_of}, and over Spark Connect the client cannot read the "
+        "settings a temporary view was made under to see through it (name the table in the query, or make the "
+        "view persistent)"
+        for relation in relations if relation is not None and relation.view_of
+        and relation.database in (sqltree.TEMPORARY, global_database)))
 
 
 def _table_infos(relations: Sequence[nameresolution.Relation | None]) -> tuple[

@@ -24,8 +24,10 @@ Spark does the same with a view (it analyses the view's text in the view's place
 
 A view not seen through is read as Spark reads it, and the query's report says why (its text is one sqlglot cannot
 parse, it was made under other settings, it names a view in another catalog, ...). A temporary view of a
-DataFrame holds a plan, not text: :mod:`dynsource.dpp.dataframeviews` writes the plans it can as text. Every view
-over Spark Connect, whose client cannot read the session catalog, is read as Spark reads it.
+DataFrame holds a plan, not text: :mod:`dynsource.dpp.dataframeviews` writes the plans it can as text. Over Spark
+Connect, whose client cannot read the session catalog, the server describes a persistent view (``DESCRIBE TABLE
+EXTENDED ... AS JSON``), one request per view and query; it describes a temporary view without the settings it was
+made under, so those are read as Spark reads them.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def _shape(text: str) -> tuple[tuple[_Reference, ...], frozenset[str]]:
 
 def _expanded(spark: SparkSession, query: str, references: Sequence[_Reference], ctes: Collection[str]) -> Expanded:
     resolver = nameresolution.Resolver(spark)
+    resolver.look_up_unknown([reference.parts for reference in references])
     edits, notes = [], []
     for reference in references:
         found = resolver.view(reference.parts)

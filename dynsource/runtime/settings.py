@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -41,3 +41,10 @@ def get(spark: SparkSession, key: str, default: str | None = None) -> str | None
     if known is None:
         return spark.conf.get(key, default)
     return known.get(key, default)
+
+
+def all_set(spark: SparkSession) -> Mapping[str, str]:
+    """Every setting ``spark`` has set (``spark.conf.getAll``), answered inside :func:`read_at_once` from what it
+    read."""
+    known = _set.get()
+    return spark.conf.getAll if known is None else known

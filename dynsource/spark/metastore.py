@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,7 @@ def _definition(table: Any, temporary: bool) -> ViewDefinition | None:
         return tuple(properties[f"{prefix}.{i}"] for i in range(int(properties.get(count, "0"))))
 
     config = "view.sqlConfig."
+    collation = table.collation()
     return ViewDefinition(
         text=text.get(),
         namespace=numbered("view.catalogAndNamespace.part", "view.catalogAndNamespace.numParts"),
@@ -148,7 +150,36 @@ def _definition(table: Any, temporary: bool) -> ViewDefinition | None:
         configs=tuple(sorted((k.removeprefix(config), v) for k, v in properties.items() if k.startswith(config))),
         temporary_views=tuple(tuple(parts) for parts in json.loads(properties.get("view.referredTempViewNames",
                                                                                   "[]"))),
-        temporary=temporary)
+        temporary=temporary,
+        unseen=_collated(collation.get() if collation.isDefined() else None))
+
+
+def described_view(described: Mapping[str, Any]) -> ViewDefinition | None:
+    """The persistent view that Spark's ``DESCRIBE TABLE EXTENDED name AS JSON`` describes (the one way a Spark
+    Connect client reads a view's definition); None when it describes anything else. Spark describes a temporary
+    view without the settings it was made under, so it is not one of these."""
+    if described.get("type") != "VIEW" or described.get("catalog_name") != "spark_catalog" or \
+            len(described.get("namespace", ())) != 1 or "view_text" not in described:
+        return None
+    namespace = described.get("view_catalog_and_namespace", "")
+    return ViewDefinition(
+        text=described["view_text"],
+        # Spark writes it with dots, each part in backquotes where it needs them: those are not seen through.
+        namespace=tuple(namespace.split(".")) if "`" not in namespace else (namespace,),
+        query_columns=tuple(described.get("view_query_output_columns", ())),
+        columns=tuple(column["name"] for column in described["columns"]),
+        configs=tuple(sorted(described.get("view_creation_spark_configuration", {}).items())),
+        temporary_views=(),
+        temporary=False,
+        unseen=_collated(described.get("collation")))
+
+
+def _collated(collation: str | None) -> str:
+    """Why a view made with the default ``collation`` is not seen through: its string literals compare under it
+    there, under the session's default in its place (``'ABC' = 'abc'`` is true in a view of ``UTF8_LCASE``)."""
+    if collation is None or collation == "UTF8_BINARY":
+        return ""
+    return f"it was made with the default collation {collation}"
 
 
 def quoted(*parts: str) -> str:

@@ -15,12 +15,13 @@ ANSI on (a bad cast fails, ``size(NULL)`` is NULL) and the same text in its plac
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
-from dynsource.runtime import deployment
+from dynsource.runtime import deployment, settings
 
 # What Spark never captures in a view (each a key or a prefix), less the one key it captures all the same.
 NOT_CAPTURED = ("spark.sql.view.maxNestedViewDepth", "spark.sql.optimizer.", "spark.sql.codegen.",
@@ -32,9 +33,9 @@ NOT_CAPTURED = ("spark.sql.view.maxNestedViewDepth", "spark.sql.optimizer.", "sp
 CAPTURED_ALL_THE_SAME = "spark.sql.optimizer.disableHints"
 SESSIONS_OWN = "spark.sql.catalog."  # taken from the session when Spark analyses a view, whatever was captured
 
-# Per Spark setting, whether a session may change it, and its default: fixed for a JVM (or a Connect server).
+# Per Spark setting, whether a session may change it (fixed for a Spark version); per session, the defaults learned.
 _modifiable: dict[str, bool] = {}
-_defaults: dict[str, str | None] = {}
+_defaults: weakref.WeakKeyDictionary[SparkSession, dict[str, str | None]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -43,14 +44,14 @@ def difference(spark: SparkSession, captured: Sequence[tuple[str, str]]) -> str 
     analyses the view; None when it would not."""
     session = session_settings(spark)
     for key, value in captured:
-        now = session[key] if key in session else _effective(spark, key)
+        now = session[key] if key in session else _default(spark, key, unset=True)
         if now != value:
             return f"it was made with {key}={value} and the session has {key}={now}"
     captured_keys = {key for key, _ in captured}
     for key, value in sorted(session.items()):
         if key in captured_keys or not _capturable(spark, key):
             continue
-        default = _default(spark, key)
+        default = _default(spark, key, unset=False)
         if value != default:
             shown = "" if default is None else f" ({default})"
             return f"the session has {key}={value}, and it was made with the default{shown}"
@@ -60,7 +61,7 @@ def difference(spark: SparkSession, captured: Sequence[tuple[str, str]]) -> str 
 def session_settings(spark: SparkSession) -> Mapping[str, str]:
     """The settings ``spark`` has set (with Spark's, whether or not a SQL setting), in one call."""
     if deployment.is_connect(spark):
-        return spark.conf.getAll
+        return settings.all_set(spark)
     # One JVM call for the whole map: PySpark's getAll asks for each entry apart (two calls each).
     text = spark._jsparkSession.sessionState().conf().getAllConfs().mkString("\u0001")
     return dict(entry.split(" -> ", 1) for entry in text.split("\u0001") if " -> " in entry)
@@ -81,24 +82,25 @@ def _capturable(spark: SparkSession, key: str) -> bool:
     return known
 
 
-def _effective(spark: SparkSession, key: str) -> str | None:
-    try:
-        return spark.conf.get(key)  # its default where unset, as Spark would use
-    except Exception:  # a key neither set nor known to this Spark
-        return None
-
-
-def _default(spark: SparkSession, key: str) -> str | None:
-    """``key``'s default, as a view's analysis gets it; None where the client cannot tell (Spark Connect)."""
-    if deployment.is_connect(spark):
+def _default(spark: SparkSession, key: str, *, unset: bool) -> str | None:
+    """``key``'s default, as a view's analysis gets it (``unset``: the session has not set it). None where the client
+    cannot tell: over Spark Connect, a setting the session has set and whose default it never saw."""
+    with _lock:
+        known = _defaults.setdefault(spark, {})
+        if key in known:
+            return known[key]
+    if not deployment.is_connect(spark):
+        try:  # settings no session has touched: what Spark analyses a view under before setting the captured ones
+            default = spark._jvm.org.apache.spark.sql.internal.SQLConf().getConfString(key)
+        except Py4JError:  # a setting with no default
+            default = None
+    elif unset:
+        try:
+            default = spark.conf.get(key)  # unset: its value is its default
+        except Exception:  # a key neither set nor known to this Spark
+            default = None
+    else:
         return None
     with _lock:
-        if key in _defaults:
-            return _defaults[key]
-    try:  # settings no session has touched: what Spark analyses a view under before setting the captured ones
-        default = spark._jvm.org.apache.spark.sql.internal.SQLConf().getConfString(key)
-    except Py4JError:  # a setting with no default
-        default = None
-    with _lock:
-        _defaults[key] = default
+        known[key] = default
     return default
