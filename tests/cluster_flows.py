@@ -253,15 +253,23 @@ def views(spark, dynsource, paths):
     spark.sql("CREATE OR REPLACE VIEW cluster_views_persistent AS SELECT ss_sold_date_sk, ss_sales_price "
               "FROM cluster_views_sales WHERE ss_customer_sk < 700")
     result = {}
-    for view in ("cluster_views_text", "cluster_views_frame", "cluster_views_persistent"):
+
+    def run(view: str) -> dict:
         query = f"""SELECT d_moy, count(*), sum(ss_sales_price) FROM {view} s JOIN cluster_views_dates d
                     ON s.ss_sold_date_sk = d.d_date_sk WHERE d.d_moy = {MONTH} GROUP BY d_moy"""
         df = dynsource.sql(spark, query)
         with contextlib.redirect_stdout(io.StringIO()) as plan:
             df.explain()
-        result[view] = {"rows": [rows(df), rows(df)], "spark": rows(spark.sql(query)),
-                        "read_by": "python" if "(Python)" in plan.getvalue() else "spark",
-                        "report": str(dynsource.scan_report(df))}
+        return {"rows": [rows(df), rows(df)], "spark": rows(spark.sql(query)),
+                "read_by": "python" if "(Python)" in plan.getvalue() else "spark",
+                "report": str(dynsource.scan_report(df))}
+
+    for view in ("cluster_views_text", "cluster_views_frame", "cluster_views_persistent"):
+        result[view] = run(view)
+    # Replaced under its name: a warm query follows the view's new text.
+    spark.sql("CREATE OR REPLACE VIEW cluster_views_persistent AS SELECT ss_sold_date_sk, ss_sales_price "
+              "FROM cluster_views_sales WHERE ss_customer_sk >= 700")
+    result["cluster_views_persistent replaced"] = run("cluster_views_persistent")
     return result
 
 
