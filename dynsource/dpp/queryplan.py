@@ -367,9 +367,9 @@ def _connect_views(relations: Sequence[nameresolution.Relation | None], global_d
     (a persistent view is seen through, or :mod:`dynsource.dpp.views` says why not)."""
     return list(dict.fromkeys(
         f"view {relation.name if relation.database == sqltree.TEMPORARY else relation.key} is read as Spark reads "
-        f"it: it reads the registered table {relation.view_of}, and over Spark Connect the client cannot read the "
-        "settings a temporary view was made under to see through it (name the table in the query, or make the "
-        "view persistent)"
+        f"it: it reads the registered table {relation.view_of}, and over Spark Connect the client cannot read a "
+        "temporary view's settings, nor a DataFrame's view's plan, to see through it (name the table in the query, "
+        "or make the view persistent)"
         for relation in relations if relation is not None and relation.view_of
         and relation.database in (sqltree.TEMPORARY, global_database)))
 
