@@ -28,7 +28,6 @@ resolves the query again.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -327,15 +325,7 @@ class Resolver:
         relation = self._connect_known(parts)
         if relation is None or relation.view_of is None or relation.database in (TEMPORARY, self.global_database):
             return None
-        try:
-            described = json.loads(_command_value(
-                self.spark.sql(f"DESCRIBE TABLE EXTENDED {metastore.quoted(*parts)} AS JSON")))
-        except AnalysisException:
-            return None  # gone since: the query's resolution reports it
-        found = metastore.described_view(described)
-        if found is None:
-            return None  # something else now (a temporary view made since, a table)
-        return ("spark_catalog", described["namespace"][0].lower(), described["table_name"].lower()), found
+        return metastore.persistent_view(self.spark, parts)
 
     def look_up_unknown(self, names: Sequence[tuple[str, ...]]) -> None:
         """Over Spark Connect, look up side by side those of ``names`` that no earlier query of the session
@@ -385,19 +375,6 @@ def _still_registered(spark: SparkSession, relation: Relation, plan: str) -> boo
         return catalog.load_definition(spark, relation.key) == relation.definition
     except ValueError:
         return False  # its definition is gone
-
-
-def _command_value(df: DataFrame) -> Any:
-    """The first value of a command's result over Spark Connect. The server sends the rows with its reply to the
-    command (a local relation of Arrow data), which ``first()`` would send back to it to run: a round trip of
-    30-40 ms."""
-    relation = getattr(df._plan, "_plan", None)  # pyspark's CachedRelation of the reply
-    if relation is not None and relation.WhichOneof("rel_type") == "local_relation" and \
-            relation.local_relation.HasField("data"):
-        rows = pa.ipc.open_stream(relation.local_relation.data).read_all()
-        if rows.num_rows and rows.num_columns:
-            return rows.column(0)[0].as_py()
-    return df.first()[0]
 
 
 def v2_relation(plan: str) -> tuple[str, list[str]] | None:
