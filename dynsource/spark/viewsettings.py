@@ -8,8 +8,9 @@ view's place is analysed under the session's settings instead. The two agree whe
 - each captured setting has the same value in the session now, and
 - each setting the session has set that Spark would have captured, but the view did not, has its default value.
 
-A session that set ``spark.sql.ansi.enabled=false`` after a view was made under the default reads the view with
-ANSI on (a bad cast fails, ``size(NULL)`` is NULL) and the same text in its place with ANSI off.
+A session (ANSI off) that set ``spark.sql.legacy.sizeOfNull=false`` after a view was made under its default reads
+``size(NULL)`` as -1 in the view and as NULL in the same text read in its place. (Spark captures
+``spark.sql.ansi.enabled`` and the session time zone in every view, set or not.)
 """
 
 from __future__ import annotations
