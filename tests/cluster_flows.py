@@ -233,13 +233,25 @@ def names_change(spark, dynsource, paths):
     run("again")
     spark.read.parquet(paths["date_dim"]).where("d_date_sk % 2 = 0").createOrReplaceTempView("cluster_names_dates")
     run("dates replaced")
+    # A column the query names renamed: Spark's error, whether the call or the action raises it.
+    spark.read.parquet(paths["date_dim"]).withColumnRenamed("d_moy", "month").createOrReplaceTempView(
+        "cluster_names_dates")
+    errors = {}
+    for name, action in (("spark", lambda: spark.sql(query).collect()),
+                         ("dynsource", lambda: dynsource.sql(spark, query).collect())):
+        try:
+            action()
+        except Exception as error:  # the error class is what is compared
+            errors[name] = getattr(error, "getCondition", lambda: None)() or type(error).__name__
+    spark.read.parquet(paths["date_dim"]).where("d_date_sk % 2 = 0").createOrReplaceTempView("cluster_names_dates")
+    run("dates named again")
     spark.read.parquet(paths["store_sales"]).where("ss_customer_sk < 100").createOrReplaceTempView(
         "cluster_names_sales")
     run("table shadowed by a temporary view")
     spark.catalog.dropTempView("cluster_names_sales")
     run("temporary view dropped")
     logging.getLogger("dynsource.dpp.query").removeHandler(planned_again)
-    return {"runs": runs}
+    return {"runs": runs, "errors": errors}
 
 
 def views(spark, dynsource, paths):

@@ -23,15 +23,32 @@ names, hence the schema too); for a registered dynsource table, whose plan's
 hash changes at every analysis, by its ``LIMIT 0`` analysed plan and its
 registered definition. Where a name means something else now, the caller
 resolves the query again.
+
+Only the names a query's rewrite reads in its own way must be confirmed before
+the query is given: registered tables and views over them (read by dynsource), and,
+where the query collects a filter, every name (the dimensions' columns type the
+keys). Any other name stays in the rewritten text as written, so the server
+resolves it as it resolves it now, whatever it resolved to before: with a
+resolver made with ``defer_unread``, such a name is confirmed after the query is
+given, at most every :data:`RECONFIRM_S` seconds, and what it means now is kept
+for later queries. Until then a name that has become a registered table is read
+as Spark reads it (its rows, unpruned), and one whose columns changed may make
+the query fail where ``spark.sql`` would not (a column it took for another
+table's); never does a query give other rows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import functools
+import logging
 import re
+import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +66,15 @@ from dynsource.runtime.lru import LruMap
 from dynsource.scan import latechecks
 from dynsource.spark import catalog, metastore
 
+log = logging.getLogger(__name__)
 _CONNECT_LOOKUPS = 8  # a query's names looked up at once over Spark Connect
 # The analysis requests of those lookups: leaf tasks only (none waits for another), so the pool cannot deadlock.
 _REQUESTS = ThreadPoolExecutor(max_workers=3 * _CONNECT_LOOKUPS, thread_name_prefix="dynsource-lookup")
+# A query's names looked up or confirmed side by side: each waits only on _REQUESTS. Kept: a thread started per
+# query costs a warm query about a millisecond.
+_NAMES = ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS, thread_name_prefix="dynsource-name")
+_RECONFIRMS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynsource-reconfirm")
+RECONFIRM_S = 60.0  # a name no rewrite reads is confirmed after its query at most this often
 KNOWN_NAMES = 256  # a session's names kept over Spark Connect
 # In the analysed plan of spark.table(name): what the name resolved to, and the Python data source reading it.
 _ALIAS = re.compile(r"^== Analyzed Logical Plan ==\n.*\n(?:[+|: -]*)SubqueryAlias (\S+)$", re.MULTILINE)
@@ -77,6 +100,11 @@ class Relation:
     def key(self) -> str:
         return f"{self.database}.{self.name}"
 
+    @property
+    def read_by_dynsource(self) -> bool:
+        """Whether a query's rewrite reads this relation in its own way (a registered table, a view over one)."""
+        return self.definition is not None or self.view_of is not None
+
 
 @dataclass(frozen=True)
 class _Known:
@@ -85,9 +113,36 @@ class _Known:
     relation: Relation
     semantic_hash: int | None  # of the name's analysed plan; None: confirmed by a full lookup
     current_database: str | None  # learned from a one-part name that resolved to a catalog table
+    confirmed_at: float = dataclasses.field(default_factory=time.monotonic, compare=False)
+    registrations: int = dataclasses.field(default_factory=lambda: catalog.changes, compare=False)
 
 
 _known: weakref.WeakKeyDictionary[SparkSession, LruMap[_Known]] = weakref.WeakKeyDictionary()
+# The names of the registered tables a session's names resolved to: a name that now means something else (a
+# temporary view shadowing one) may mean the table again.
+_registered_names: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
+# The relations whose names confirmed_ahead is confirming for the late checks of this thread's query.
+_ahead: contextvars.ContextVar[Mapping[tuple[str, ...], Relation] | None] = contextvars.ContextVar(
+    "dynsource_names_confirmed_ahead", default=None)
+
+
+@contextlib.contextmanager
+def confirmed_ahead(spark: SparkSession, names: Sequence[tuple[str, ...]]) -> Iterator[None]:
+    """Over Spark Connect, inside :func:`~dynsource.scan.latechecks.checked_later`, before anything else of the
+    query: those of ``names`` that an earlier query resolved to a relation dynsource reads are confirmed from the
+    block's start (the confirmation a warm query waits for, beside its other requests), not again in it."""
+    checks, known, found = latechecks.current(), _known.get(spark), {}
+    if checks is not None and known is not None and names:  # known: over Spark Connect only
+        resolver = Resolver(spark)
+        found = {parts: entry for parts in dict.fromkeys(tuple(p.lower() for p in parts) for parts in names)
+                 if (entry := known.get(parts)) is not None and resolver._may_be_registered(parts, entry)}
+        if found:
+            checks.submit(functools.partial(resolver._confirmed, found))
+    token = _ahead.set({parts: entry.relation for parts, entry in found.items()})
+    try:
+        yield
+    finally:
+        _ahead.reset(token)
 
 
 def references(parsed: exp.Expression) -> list[exp.Table]:
@@ -97,11 +152,15 @@ def references(parsed: exp.Expression) -> list[exp.Table]:
 
 
 class Resolver:
-    """Resolves table names as the session ``spark`` would now; ``frames`` are DataFrames the query names."""
+    """Resolves table names as the session ``spark`` would now; ``frames`` are DataFrames the query names. With
+    ``defer_unread``, names given on trust that no rewrite reads are confirmed only by :meth:`confirm_unread`."""
 
-    def __init__(self, spark: SparkSession, frames: Mapping[str, DataFrame] | None = None) -> None:
+    def __init__(self, spark: SparkSession, frames: Mapping[str, DataFrame] | None = None,
+                 defer_unread: bool = False) -> None:
         self.spark = spark
         self.frames = dict(frames or {})
+        self._defer_unread = defer_unread
+        self._unread: dict[tuple[str, ...], _Known] = {}  # given on trust, their confirmation deferred
         self._session_catalog = metastore.session_catalog(spark)
         self.global_database = (metastore.global_temp_database(spark) if self._session_catalog is None
                                 else self._session_catalog.global_database)
@@ -130,11 +189,34 @@ class Resolver:
         if deployment.is_connect(self.spark):
             unresolved = list(dict.fromkeys(tuple(p.lower() for p in parts) for parts in names) - self._resolved.keys())
             trusted = self._trusted(unresolved)
-            if trusted:
-                latechecks.current().submit(functools.partial(self._confirmed, trusted))
-            with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
-                list(pool.map(self.resolve, [parts for parts in unresolved if parts not in trusted]))
+            confirmed = {parts: found for parts, found in trusted.items()
+                         if not self._defer_unread or self._may_be_registered(parts, found)}
+            self._unread.update((parts, found) for parts, found in trusted.items() if parts not in confirmed)
+            ahead = _ahead.get() or {}
+            confirmed = {parts: found for parts, found in confirmed.items() if ahead.get(parts) != found.relation}
+            if confirmed:
+                latechecks.current().submit(functools.partial(self._confirmed, confirmed))
+            list(_NAMES.map(self.resolve, [parts for parts in unresolved if parts not in trusted]))
         return [self.resolve(parts) for parts in names]
+
+    def _may_be_registered(self, parts: tuple[str, ...], found: _Known) -> bool:
+        """Whether ``parts`` may name a registered table now: it did, or a table of its name was registered, or
+        a table was registered or dropped by this process since it was confirmed."""
+        return (found.relation.read_by_dynsource or found.registrations != catalog.changes
+                or parts[-1] in _registered_names.get(self.spark, ()))
+
+    def confirm_unread(self, before_given: bool) -> None:
+        """Confirm the names given on trust that no rewrite reads: ``before_given`` (the query collects a filter,
+        whose keys their columns type) as the others are, else after the query is given, each at most every
+        :data:`RECONFIRM_S` seconds, what it means now kept for later queries."""
+        unread, self._unread = self._unread, {}
+        if before_given and unread:
+            latechecks.current().submit(functools.partial(self._confirmed, unread))
+            return
+        now = time.monotonic()
+        due = {parts: found for parts, found in unread.items() if now - found.confirmed_at >= RECONFIRM_S}
+        if due:
+            _RECONFIRMS.submit(self._confirmed, due).add_done_callback(_said_if_failed)
 
     def _trusted(self, names: Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], _Known]:
         """Those of ``names`` resolved as an earlier query of the session resolved them, to be confirmed beside the
@@ -152,20 +234,25 @@ class Resolver:
 
     def _confirmed(self, trusted: Mapping[tuple[str, ...], _Known]) -> bool:
         """Whether each name of ``trusted`` still resolves to the relation it resolved to (asked side by side)."""
-        with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
-            return all(pool.map(self._still, trusted, trusted.values()))
+        return all(list(_NAMES.map(self._still, trusted, trusted.values())))
 
     def _still(self, parts: tuple[str, ...], found: _Known) -> bool:
+        """Whether ``parts`` still resolves as ``found``; what it resolves to now is kept for later queries."""
         df = self.spark.table(metastore.quoted(*parts))
-        try:
+        try:  # None: not told, looked up in full
             if found.semantic_hash is not None:
-                if _at_once(df.semanticHash, lambda: df.schema) == (found.semantic_hash, found.relation.schema):
-                    return True
+                still = _at_once(df.semanticHash, lambda: df.schema) == (found.semantic_hash,
+                                                                          found.relation.schema) or None
             elif found.relation.definition is not None:
-                return _still_registered(self.spark, found.relation, df.limit(0)._explain_string(extended=True))
+                still = _still_registered(self.spark, found.relation, df.limit(0)._explain_string(extended=True))
+            else:
+                still = None
         except AnalysisException:
-            return False
-        return self._connect_lookup(parts, found) == found.relation
+            still = False
+        if still:
+            self._keep(parts, dataclasses.replace(found, confirmed_at=time.monotonic()))
+            return True
+        return self._connect_lookup(parts, found) == found.relation and still is None
 
     def _lookup(self, parts: tuple[str, ...]) -> Relation | None:
         if len(parts) == 1 and parts[0] in self.frames:
@@ -210,17 +297,24 @@ class Resolver:
             plan, schema, semantic_hash = _at_once(lambda: df._explain_string(extended=True), lambda: df.schema,
                                                    df.semanticHash)
         except AnalysisException:
+            _known.setdefault(self.spark, LruMap(KNOWN_NAMES)).pop(parts)
             return None  # a name Spark will report as missing
         relation, current_database = self._analysed(parts, plan, schema)
-        if relation is not None:
-            if relation.definition is not None or (
-                    known is not None and known.relation == relation and known.semantic_hash != semantic_hash):
-                semantic_hash = None  # a hash that changes while the name means the same confirms nothing
-            if current_database is not None:
-                self.__dict__.setdefault("current_database", current_database)
-            _known.setdefault(self.spark, LruMap(KNOWN_NAMES)).put(parts, _Known(relation, semantic_hash,
-                                                                                current_database))
+        if relation is None:
+            _known.setdefault(self.spark, LruMap(KNOWN_NAMES)).pop(parts)
+            return None
+        if relation.definition is not None or (
+                known is not None and known.relation == relation and known.semantic_hash != semantic_hash):
+            semantic_hash = None  # a hash that changes while the name means the same confirms nothing
+        if current_database is not None:
+            self.__dict__.setdefault("current_database", current_database)
+        self._keep(parts, _Known(relation, semantic_hash, current_database))
         return relation
+
+    def _keep(self, parts: tuple[str, ...], found: _Known) -> None:
+        _known.setdefault(self.spark, LruMap(KNOWN_NAMES)).put(parts, found)
+        if found.relation.definition is not None:
+            _registered_names.setdefault(self.spark, set()).add(found.relation.name)
 
     def _analysed(self, parts: tuple[str, ...], plan: str,
                   schema: StructType) -> tuple[Relation | None, str | None]:
@@ -335,8 +429,7 @@ class Resolver:
         known = _known.get(self.spark)
         unknown = [parts for parts in dict.fromkeys(tuple(p.lower() for p in parts) for parts in names)
                    if parts[0] not in self.frames and (known is None or known.get(parts) is None)]
-        with ThreadPoolExecutor(max_workers=_CONNECT_LOOKUPS) as pool:
-            list(pool.map(self.resolve, unknown))
+        list(_NAMES.map(self.resolve, unknown))
 
     def _connect_known(self, parts: tuple[str, ...]) -> Relation | None:
         """What ``parts`` resolved to at an earlier query of the session, else what it resolves to now."""
@@ -354,6 +447,12 @@ class Resolver:
         """Whether the session has a temporary view ``name`` (classic sessions only)."""
         session = self._session_catalog
         return session is not None and session.catalog.isTempView(session.identifier(name))
+
+
+def _said_if_failed(confirmation: Future[bool]) -> None:
+    """A confirmation after the query only refreshes what later queries trust: its failure is logged, not raised."""
+    if confirmation.exception() is not None:
+        log.debug("dynsource: confirming a query's names after it failed: %s", confirmation.exception())
 
 
 def _view_of(source: str | None, name: str) -> str | None:

@@ -143,12 +143,15 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     inserted = inserts.run(spark, query, sql)
     if inserted is not None:
         return inserted
+    with (latechecks.checked_later() as checks,
+          nameresolution.confirmed_ahead(spark, queryplan.known_references(query)),  # beside the settings' request
+          settings.read_at_once(spark)):
+        checks.interval_s = options.session_ms(spark, planner.CHECK_INTERVAL_CONF, 0) / 1000
+        df = _pruned(spark, query, checks)
+    if df is not None and checks.held():
+        return df
+    log.debug("dynsource: a kept plan or a table name changed since it was kept: the query is planned again")
     with settings.read_at_once(spark):
-        with latechecks.checked_later(options.session_ms(spark, planner.CHECK_INTERVAL_CONF, 0)) as checks:
-            df = _pruned(spark, query, checks)
-        if df is not None and checks.held():
-            return df
-        log.debug("dynsource: a kept plan or a table name changed since it was kept: the query is planned again")
         return _pruned(spark, query)  # planned again, each check first
 
 

@@ -98,7 +98,8 @@ class Plan:
                 continue  # inside a dimension source already read from its snapshot
             pieces += [self.query[position:start], text]
             position = end
-        return self.frames.sql(spark, "".join([*pieces, self.query[position:]]))
+        text = "".join([*pieces, self.query[position:]])
+        return self.frames.query(spark, text) if self.is_query else self.frames.sql(spark, text)
 
     def plan_scans(self, spark: SparkSession) -> None:
         """Plan each scan here, as Spark would before running the query, so that the report has its figures."""
@@ -126,7 +127,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     collected.
     """
     result = Plan(query, store or FilterStore.of(None), frames or Frames())
-    resolver = nameresolution.Resolver(spark, result.frames.frames)
+    resolver = nameresolution.Resolver(spark, result.frames.frames, defer_unread=True)
     try:
         result.is_query, references = _shape(query)
     except SqlglotError as error:
@@ -157,6 +158,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
                 collected.add(pruning.fact)
             else:
                 collections.decline(pruning, why)
+        resolver.confirm_unread(before_given=bool(collected))  # the dimensions' columns type the keys collected
         statics = {scan: _static_filter(scan, facts) for scan in by_scan}
         if prepare:
             _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, definitions,
@@ -348,6 +350,12 @@ def _detect(query: str, tables: Mapping[str, detection.TableInfo], database: str
         detected = starjoin.detect(query, tables, database, parsed)
         _detections.put(key, detected)
     return detected
+
+
+def known_references(query: str) -> tuple[tuple[str, ...], ...]:
+    """The name parts of each table reference of ``query``, where it was planned before (else none)."""
+    shape = _shapes.get(query)
+    return () if shape is None else shape[1]
 
 
 def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:

@@ -43,3 +43,8 @@ class LruMap(Generic[V]):
             while len(self._values) > self.bound:
                 dropped.append(self._values.popitem(last=False)[1])
         return dropped
+
+    def pop(self, key: Hashable) -> V | None:
+        """Forget ``key``; its value, if it had one."""
+        with self._lock:
+            return self._values.pop(key, None)

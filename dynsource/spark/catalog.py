@@ -14,6 +14,7 @@ the tables of a new session deletes the definitions whose table is gone.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -50,6 +51,13 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 # Where this process registered each table's source, for tables stored outside the default location.
 _locations: dict[str, str] = {}
+_changes = itertools.count(1)
+changes = 0  # registrations and drops by this process, counted: a name resolved before one may mean another table
+
+
+def _changed() -> None:
+    global changes
+    changes = next(_changes)
 
 
 def register_table(
@@ -135,6 +143,7 @@ def register_table(
     FilterStore.of(location).put(table + SUFFIX, definition.to_json())
     source = _register_source(spark, table, location)
     spark.catalog.createTable(table, source=source.name(), schema=schema)
+    _changed()
     return definition
 
 
@@ -151,6 +160,7 @@ def drop_table(spark: SparkSession, name: str, *, definitions: str | None = None
     """Drop registered table ``name`` from the catalog and delete its definition (no error if either is gone)."""
     table = qualified_name(spark, name)
     spark.sql(f"DROP TABLE IF EXISTS {table}")
+    _changed()
     _delete(_location_of(spark, table, definitions), table)
 
 
