@@ -82,6 +82,18 @@ class Frames:
         _hold(result, self._frames.values())  # also those named by a view that lives while they do
         return result
 
+    def query(self, spark: SparkSession, text: str) -> DataFrame:
+        """:meth:`sql` of a query ``text`` (it runs nothing): over Spark Connect, where it names its DataFrames by
+        their lasting views, sent for analysis only the session's first time (:func:`connect.analysed_query`)."""
+        if not deployment.is_connect(spark):
+            return self.sql(spark, text)
+        formatted, used = self._formatted(spark, text, False, checked=False)
+        if used:
+            return self.sql(spark, text)
+        result = connect.analysed_query(spark, formatted)
+        _hold(result, self._frames.values())
+        return result
+
     def _formatted(self, spark: SparkSession, text: str, is_format: bool,
                    checked: bool) -> tuple[str, dict[str, DataFrame]]:
         """``text`` with each placeholder named by its lasting view (``checked``: made again if dropped) or made a

@@ -18,6 +18,11 @@ as in a classic session, and sends the server a read of the kept files by Spark'
 - a fact scan given again (the kept files, the query's columns) is such a view too, and a query's text names it
   (:mod:`dynsource.dpp.placeholders`): sent as a DataFrame's plan with the text, the server would analyse that
   plan at the text's analysis and again at each action, 30 ms of a 250 ms query.
+- ``spark.sql`` of a query sends the text to be analysed, and the server gives back the very text as the
+  DataFrame's plan, analysed again at each action: the request only raises the text's errors at the call. A
+  text the server analysed before in this session is not sent again (:func:`analysed_query`), a round trip of
+  a warm query saved; an error it would raise now (a function dropped since) comes at the action, as any
+  Connect DataFrame's does.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ import weakref
 from pyspark.sql import DataFrame, SparkSession
 
 from dynsource import storage
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
 
 _PREFIX = f"__dynsource_files_{uuid.uuid4().hex[:8]}_"
 _opened: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
+ANALYSED_KEPT = 256  # a session's query texts known to analyse
+_analysed: weakref.WeakKeyDictionary[SparkSession, LruMap[bool]] = weakref.WeakKeyDictionary()
 
 
 def client_reaches(options: ScanOptions) -> bool:
@@ -102,3 +110,17 @@ def _drop_ended() -> None:
         session = spark()
         if session is not None:
             session.catalog.dropTempView(name)
+
+
+def analysed_query(spark: SparkSession, text: str) -> DataFrame:
+    """``spark.sql(text)`` of a query ``text`` (no parameters, no DataFrames named by it), which the server gives
+    as the text's own plan: sent for analysis only the session's first time."""
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    from pyspark.sql.connect.plan import SQL
+
+    analysed = _analysed.setdefault(spark, LruMap(ANALYSED_KEPT))
+    if analysed.get(text):
+        return ConnectDataFrame(SQL(text), spark)
+    df = spark.sql(text)
+    analysed.put(text, True)
+    return df
