@@ -3,9 +3,11 @@
 This module is the one place that knows how Spark reads ``k=v`` directory names; the string
 CASTs it applies to their values are :mod:`dynsource.sparkcast`. It follows
 Spark 4.3 (``PartitioningUtils``, ``ExternalCatalogUtils``, ``SparkDateTimeUtils`` and the JDK parsers
-they call) under Spark's defaults: ANSI mode on, ``spark.sql.timestampType=TIMESTAMP_LTZ``,
-partition type inference on, legacy time parser off. It was checked value by value against those
-JVM functions, and ``tests/test_partition_inference.py`` checks it against ``spark.read.parquet``.
+they call), legacy time parser off. It was checked value by value against those JVM functions, and the
+tests check it against ``spark.read.parquet`` under each session setting that changes the result.
+
+Three session settings decide how Spark types a directory value, and Spark does not tell a Python
+data source any of them: :class:`PartitionSettings` carries them from the driver.
 
 Deliberate differences from Spark, all because ``dynsource.types`` has no such types or because
 Spark's own result is wrong:
@@ -22,6 +24,7 @@ import datetime as dt
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -33,6 +36,32 @@ from dynsource import sparkcast
 from dynsource.types import arrow_type, normalize_type
 
 DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
+TIME_ZONE_SETTING = "spark.sql.session.timeZone"
+INFERENCE_SETTING = "spark.sql.sources.partitionColumnTypeInference.enabled"
+TIMESTAMP_TYPE_SETTING = "spark.sql.timestampType"
+
+
+@dataclass(frozen=True)
+class PartitionSettings:
+    """The session settings under which Spark types partition directory values.
+
+    ``time_zone`` is ``spark.sql.session.timeZone``: a ``timestamp`` value such as ``2024-01-01 05%3A00%3A00``
+    is a wall-clock time there (``None``: not known, and such a value is refused rather than guessed);
+    ``infer_types`` is ``spark.sql.sources.partitionColumnTypeInference.enabled`` (off: every undeclared
+    column is a string); ``timestamp_ntz`` is ``spark.sql.timestampType=TIMESTAMP_NTZ``, the type a
+    timestamp-looking column is inferred as.
+    """
+
+    time_zone: str | None = None
+    infer_types: bool = True
+    timestamp_ntz: bool = False
+
+    def timestamp_type(self) -> str:
+        """The type Spark infers a column of timestamp-looking values as."""
+        return "timestamp_ntz" if self.timestamp_ntz else "timestamp"
+
+
+DEFAULT_SETTINGS = PartitionSettings()
 
 # ---------------------------------------------------------------------------------------------
 # Directory names
@@ -70,6 +99,25 @@ def unescape_path_name(text: str) -> str:
     return _ESCAPE.sub(lambda match: chr(int(match[1], 16)), text) if "%" in text else text
 
 
+def directory_value(value: Any, zone: dt.tzinfo | None) -> str:
+    """The raw directory value (unescaped) Spark writes for a partition value: ``CAST(value AS STRING)`` in the
+    session's ``zone`` (an instant is written as its wall-clock time there), null and ``''`` as the null name."""
+    if value is None or value == "":
+        return DEFAULT_PARTITION_NAME
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            if zone is None:
+                raise ZoneUnknownError(f"Timestamp partition values need the session time zone ({TIME_ZONE_SETTING}).")
+            value = value.astimezone(zone).replace(tzinfo=None)
+        fraction = f".{value.microsecond:06d}".rstrip("0") if value.microsecond else ""
+        return f"{value.date().isoformat()} {value.hour:02d}:{value.minute:02d}:{value.second:02d}{fraction}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
+
+
 def is_hidden(name: str) -> bool:
     """Whether Spark skips this file or directory name when it lists a table.
 
@@ -95,12 +143,19 @@ _TIMESTAMP_PARTITION = re.compile(
 _DATE_PARTITION = re.compile(_PARTITION_YEAR + r"-[0-9]{2}-[0-9]{2}")
 
 
-def infer_type(raw_values: Iterable[str]) -> str:
+def infer_type(raw_values: Iterable[str], settings: PartitionSettings = DEFAULT_SETTINGS) -> str:
     """Spark SQL type name ``spark.read.parquet`` infers for a partition column with these raw values.
 
     Values are the raw (escaped) directory values; ``__HIVE_DEFAULT_PARTITION__`` (null) is ignored
     and a column without any other value is ``string``.
     """
+    if not settings.infer_types:
+        return "string"
+    inferred = _infer_type(raw_values)
+    return settings.timestamp_type() if inferred == "timestamp" else inferred
+
+
+def _infer_type(raw_values: Iterable[str]) -> str:
     values = pc.unique(pa.array(list(raw_values), pa.string()))
     values = pc.filter(values, pc.not_equal(values, DEFAULT_PARTITION_NAME))
     # Spark folds the values' types pairwise, but the result only depends on the set of types.
@@ -237,8 +292,8 @@ def to_arrow(
 
     Values convert as Spark gives them for a partition column of that type (``'01'`` is int 1, a
     string is unescaped); ``__HIVE_DEFAULT_PARTITION__`` is null. ``timestamp`` values are wall-clock
-    times in ``time_zone`` (``None``: this process's zone, Spark's default session zone) returned as
-    UTC instants. A value Spark cannot convert raises ``ValueError`` (``strict``) or becomes null.
+    times in ``time_zone`` returned as UTC instants; without a zone they raise :class:`ZoneUnknownError`.
+    A value Spark cannot convert raises ``ValueError`` (``strict``) or becomes null.
     """
     canonical = normalize_type(type_name)
     target = arrow_type(canonical)
@@ -271,6 +326,20 @@ def _convert(values: pa.Array, conversion: _Conversion, type_name: str, strict: 
     return pc.replace_with_mask(result, slow, replacements)
 
 
+class ZoneUnknownError(ValueError):
+    """A ``timestamp`` partition value was to be typed without the session's time zone."""
+
+
+def zone_unknown(column: str) -> ZoneUnknownError:
+    """The error for typing timestamp partition column ``column`` without knowing the session's time zone."""
+    return ZoneUnknownError(
+        f"Partition column '{column}' is a TIMESTAMP: Spark reads its directory values as wall-clock times in the "
+        f"session time zone ({TIME_ZONE_SETTING}), which Spark does not pass to a Python data source. Give reader "
+        "option 'timeZone' (e.g. .option('timeZone', spark.conf.get('spark.sql.session.timeZone'))), or read the "
+        "table through dynsource.sql, dynsource.table or dynamic_join, which pass the session's."
+    )
+
+
 def unconvertible(raw: str, type_name: str) -> ValueError:
     """The error for a partition value Spark cannot convert to its column's type."""
     return ValueError(f"Partition value '{raw}' cannot be converted to type {type_name}.")
@@ -280,6 +349,8 @@ def _conversion(type_name: str, time_zone: str | None) -> _Conversion:
     if type_name.startswith("decimal"):
         return _decimal_conversion(type_name)
     if type_name == "timestamp":
+        if time_zone is None:
+            raise ZoneUnknownError(f"Timestamp partition values need the session time zone ({TIME_ZONE_SETTING}).")
         return _timestamp_conversion(sparkcast.resolve_zone(time_zone))
     return _CONVERSIONS[type_name]
 

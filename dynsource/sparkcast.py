@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
 import re
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -157,21 +156,8 @@ def _zone_offset(text: str) -> dt.timezone | None:
     return dt.timezone((-1 if text[0] == "-" else 1) * dt.timedelta(seconds=total))
 
 
-@functools.lru_cache(maxsize=1)
-def local_zone() -> dt.tzinfo:
-    """The JVM's default zone, found as the JDK does on Linux: $TZ, /etc/timezone, /etc/localtime."""
-    name = os.environ.get("TZ", "").lstrip(":")
-    if not name and os.path.isfile("/etc/timezone"):
-        with open("/etc/timezone", encoding="utf-8") as handle:
-            name = handle.read().strip()
-    if not name and os.path.islink("/etc/localtime"):
-        name = os.path.realpath("/etc/localtime").partition("/zoneinfo/")[2]
-    return (_zone(name) if name else None) or dt.UTC
-
-
-def resolve_zone(time_zone: str | None) -> dt.tzinfo:
-    if time_zone is None:
-        return local_zone()
+def resolve_zone(time_zone: str) -> dt.tzinfo:
+    """Spark's zone of ID ``time_zone`` (a region, an offset, UTC+h...)."""
     zone = _zone(time_zone)
     if zone is None:
         raise ValueError(f"Time zone '{time_zone}' is not a valid zone ID; expected e.g. 'Europe/Paris'.")

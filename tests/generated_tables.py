@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynsource import partitions
@@ -36,8 +37,8 @@ DECLARED = {
     "int": (None, None, "int", "bigint", "string", "decimal(12,2)"),
     "bigint": (None, None, "decimal(20,0)", "string"),
     "string": (None, None, "string"),
-    "date": (None, None, "date", "string", "timestamp"),
-    "timestamp": (None, None, "timestamp", "string"),
+    "date": (None, None, "date", "string", "timestamp", "timestamp_ntz"),
+    "timestamp": (None, None, "timestamp", "string", "timestamp_ntz"),
     "boolean": (None, "boolean", "string"),
     "decimal": (None, "decimal(10,2)", "decimal(10,2)", "string", "double"),
 }
@@ -59,7 +60,9 @@ def key_types(column_type: str, kind: str) -> tuple[str, ...]:
     if column_type == "date":
         return ("date", "date", "timestamp", _STRING_KEY)
     if column_type == "timestamp":
-        return ("timestamp", "timestamp", "date", _STRING_KEY)
+        return ("timestamp", "timestamp", "date", "timestamp_ntz", _STRING_KEY)
+    if column_type == "timestamp_ntz":
+        return ("timestamp_ntz", "timestamp_ntz", "date", "timestamp", _STRING_KEY)
     if column_type == "boolean":
         return ("boolean", "boolean", _STRING_KEY)
     return (_STRING_KEY, _STRING_KEY, *_TEXT_KEY_TYPES.get(kind, ()))
@@ -67,7 +70,7 @@ def key_types(column_type: str, kind: str) -> tuple[str, ...]:
 
 # What the texts of a string column of each kind of value parse into (Spark casts a string column to the key's type).
 _TEXT_KEY_TYPES = {
-    "int": ("int", "bigint"), "bigint": ("bigint",), "date": ("date",), "timestamp": ("timestamp",),
+    "int": ("int", "bigint"), "bigint": ("bigint",), "date": ("date",), "timestamp": ("timestamp", "timestamp_ntz"),
     "boolean": ("boolean",), "decimal": ("decimal(10,2)", "double"),
 }
 
@@ -89,13 +92,13 @@ def _timestamp_text(stamp: dt.datetime) -> str:
     return text + (".5" if stamp.microsecond else "")
 
 
-# Few distinct values, so that keys and partitions collide; the dates and times straddle the
-# 2020-03-08 DST change of America/Los_Angeles.
+# Few distinct values, so that keys and partitions collide; the dates and times straddle the DST changes of
+# America/Los_Angeles in 2020: 02:00-03:00 on March 8 does not exist there, 01:00-02:00 on November 1 happens twice.
 _DATES = st.dates(dt.date(2020, 3, 6), dt.date(2020, 3, 10))
 _TIMESTAMPS = st.builds(
     dt.datetime.combine,
-    st.dates(dt.date(2020, 3, 7), dt.date(2020, 3, 9)),
-    st.builds(dt.time, st.sampled_from([0, 2, 10, 23]), st.sampled_from([0, 30]), st.just(0),
+    st.sampled_from([dt.date(2020, 3, 7), dt.date(2020, 3, 8), dt.date(2020, 3, 9), dt.date(2020, 11, 1)]),
+    st.builds(dt.time, st.sampled_from([0, 2, 10, 1, 23]), st.sampled_from([0, 30]), st.just(0),
               st.sampled_from([0, 0, 0, 500_000])),
 )
 RAW_VALUES: dict[str, st.SearchStrategy[str]] = {
@@ -144,11 +147,11 @@ class Table:
         """Raw values of the partitions Spark sees: the directories holding a data file."""
         return [raw for raw, files in self.partitions if files]
 
-    def column_types(self) -> dict[str, str]:
-        """Each partition column's Spark type, as ``spark.read.parquet`` (and dynsource's schema) gives it."""
+    def column_types(self, settings: partitions.PartitionSettings = partitions.DEFAULT_SETTINGS) -> dict[str, str]:
+        """Each partition column's Spark type, as dynsource's schema gives it (under the session ``settings``)."""
         seen = self.with_files()
         return {
-            name: declared or partitions.infer_type(raw[index] for raw in seen)
+            name: declared or partitions.infer_type((raw[index] for raw in seen), settings)
             for index, (name, _, declared) in enumerate(self.columns)
         }
 
@@ -316,11 +319,26 @@ def to_key(value: Any, column_type: str, key_type: str, time_zone: str, *, padde
         return _decimal(value, arrow_type(key_type))
     if key_type == "double":
         return float(value)
+    return moment(value, key_type, zone)
+
+
+def moment(value: dt.date, key_type: str, zone: ZoneInfo) -> Any:
+    """A date, an instant (aware, UTC) or a local time (naive) as a key of another of these types, as Spark casts:
+    an instant is a local time in the session's ``zone``, a date is midnight."""
+    local = value.astimezone(zone).replace(tzinfo=None) if _is_instant(value) else value
+    if not isinstance(local, dt.datetime):
+        local = dt.datetime.combine(local, dt.time())
     if key_type == "date":
-        return value.astimezone(zone).date()
+        return local.date()
+    if key_type == "timestamp_ntz":
+        return local
     if key_type == "timestamp":
-        return dt.datetime.combine(value, dt.time(), tzinfo=zone).astimezone(dt.UTC)
+        return local.replace(tzinfo=zone).astimezone(dt.UTC)
     return _SKIP
+
+
+def _is_instant(value: Any) -> bool:
+    return isinstance(value, dt.datetime) and value.tzinfo is not None
 
 
 def _as_text(value: Any, zone: ZoneInfo, padded: bool) -> str:
@@ -329,7 +347,7 @@ def _as_text(value: Any, zone: ZoneInfo, padded: bool) -> str:
     if isinstance(value, int):
         return f"{value:03d}" if padded and value >= 0 else str(value)
     if isinstance(value, dt.datetime):
-        return _timestamp_text(value.astimezone(zone))
+        return _timestamp_text(value.astimezone(zone) if _is_instant(value) else value)
     return str(value)
 
 
@@ -358,14 +376,35 @@ def _decimal(value: Any, decimal_type: pa.Decimal128Type) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
+FILE_NAME = r"part-([0-9]{3})-[0-9]{2}\.parquet$"  # a data file's name; its group is the partition's index
+
+
+def for_each_case(strategy: st.SearchStrategy[Case], count: int, check: Callable[[Case], None]) -> None:
+    """``check`` each of the first ``count`` cases ``strategy`` generates: the very same cases wherever it is called
+    with the same strategy (one derandomized function generates them), so that a plain-Python check and Spark's
+    check of them see one sequence."""
+
+    @settings(max_examples=count, derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(case=strategy)
+    def run(case: Case) -> None:
+        check(case)
+
+    run()
+
+
 def write_table(fs: fsspec.AbstractFileSystem, root: str, table: Table) -> dict[tuple[str, ...], list[str]]:
-    """Write ``table`` under ``root`` of ``fs``; the data file paths of each partition."""
+    """Write ``table`` under ``root`` of ``fs``; the data file paths of each partition.
+
+    A file's name holds its partition's index in ``table.partitions`` (:data:`FILE_NAME`): whatever a reader does
+    with the escaped directory names, the name tells which partition a row came from.
+    """
     written = {}
-    for raw, files in table.partitions:
+    for index, (raw, files) in enumerate(table.partitions):
         names = [partitions.escape_path_name(name) for name in table.names]
         directory = "/".join([root, *(f"{name}={value}" for name, value in zip(names, raw, strict=True))])
         fs.makedirs(directory, exist_ok=True)
-        paths = [f"{directory}/part-{number:05d}.parquet" for number in range(len(files))]
+        paths = [f"{directory}/part-{index:03d}-{number:02d}.parquet" for number in range(len(files))]
         for path, rows in zip(paths, files, strict=True):
             fs.pipe(path, _parquet(rows))
         if files:
@@ -399,11 +438,11 @@ def parse_text(text: str, type_name: str, time_zone: str) -> Any:
     if type_name == "date":
         match = re.fullmatch(r"([0-9]{4}-[0-9]{2}-[0-9]{2})(?:[ T].*)?", text)
         return dt.date.fromisoformat(match[1]) if match else None
-    if type_name == "timestamp":
+    if type_name in ("timestamp", "timestamp_ntz"):
         if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)?", text):
             return None
         stamp = dt.datetime.fromisoformat(text)
-        return stamp.replace(tzinfo=ZoneInfo(time_zone)).astimezone(dt.UTC)
+        return stamp if type_name == "timestamp_ntz" else stamp.replace(tzinfo=ZoneInfo(time_zone)).astimezone(dt.UTC)
     return text
 
 

@@ -9,7 +9,6 @@ must keep exactly.
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections import Counter
 from decimal import Decimal
@@ -19,18 +18,34 @@ from zoneinfo import ZoneInfo
 import fsspec
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
 
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.layout.listing import Listing
-from tests.generated_tables import DATA_COLUMN, NULL, Case, cases, parse_text, typed_values, write_table
+from dynsource.partitions import PartitionSettings
+from tests.generated_tables import (
+    DATA_COLUMN,
+    NULL,
+    Case,
+    cases,
+    for_each_case,
+    moment,
+    parse_text,
+    typed_values,
+    write_table,
+)
 
 PLANNER_CASES = 500
 # Column names Spark escapes in directory names too, and one that differs from its upper case.
 COLUMN_NAMES = ("p", "q r", "é=x")
+
+
+def planner_cases():
+    """The cases of this suite, which tests/test_equivalence_spark.py checks against Spark too."""
+    return cases(names=COLUMN_NAMES)
 _INTEGRAL = ("smallint", "int", "bigint")
 _UNPARSEABLE = object()  # a string Spark cannot cast: it equals nothing, not even under <=>
+_DATETIMES = {"date", "timestamp", "timestamp_ntz"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,8 +67,8 @@ def domain(column_type: str, key_type: str) -> str:
         return key_type
     if key_type == "string":
         return column_type
-    assert {column_type, key_type} == {"date", "timestamp"}, (column_type, key_type)
-    return "timestamp"
+    assert {column_type, key_type} <= _DATETIMES, (column_type, key_type)
+    return "timestamp" if "timestamp" in (column_type, key_type) else "timestamp_ntz"
 
 
 def exactly_comparable(column_type: str, key_type: str) -> bool:
@@ -71,8 +86,8 @@ def in_domain(value: Any, type_name: str, target: str, zone: str) -> Any:
         return float(value)
     if target == "number":
         return Decimal(value)
-    assert target == "timestamp" and type_name == "date", (type_name, target)
-    return dt.datetime.combine(value, dt.time(), tzinfo=ZoneInfo(zone)).astimezone(dt.UTC)
+    assert {type_name, target} <= _DATETIMES, (type_name, target)
+    return moment(value, target, ZoneInfo(zone))
 
 
 def spark_equal(left: Any, right: Any, null_safe: bool) -> bool:
@@ -172,21 +187,29 @@ class Oracle:
 # ---------------------------------------------------------------------------------------------
 
 
+def plan(case: Case, fs: fsspec.AbstractFileSystem, root: str,
+         settings: PartitionSettings) -> tuple[dict[tuple[str, ...], list[str]], Listing, Listing]:
+    """Write the case's table under ``root`` and prune it with its filter, typed under the session ``settings``:
+    the files written per partition, the plain walk and the pruned one."""
+    table = case.table
+    written = write_table(fs, root, table)
+    static = PartitionEnumerator(fs, root).enumerate()
+    enumerator = DynamicPartitionEnumerator(
+        PartitionEnumerator(fs, root), table.column_types(settings), data_columns=[DATA_COLUMN, *table.names],
+        settings=settings,
+    )
+    enumerator.set_dynamic_filtering_data(case.filter.data())
+    return written, static, enumerator.enumerate()
+
+
 def check_case(case: Case, stats: Counter) -> None:
     """Prune the generated table with the generated filter and compare with the oracle."""
     stats["cases"] += 1
-    table, oracle = case.table, Oracle(case)
+    oracle = Oracle(case)
     fs = fsspec.filesystem("memory")
     root = f"/equivalence-{uuid.uuid4().hex}"
     try:
-        written = write_table(fs, root, table)
-        static = PartitionEnumerator(fs, root).enumerate()
-        enumerator = DynamicPartitionEnumerator(
-            PartitionEnumerator(fs, root), table.column_types(), data_columns=[DATA_COLUMN, *table.names],
-            time_zone=case.time_zone,
-        )
-        enumerator.set_dynamic_filtering_data(case.filter.data())
-        listing = enumerator.enumerate()
+        written, static, listing = plan(case, fs, root, PartitionSettings(case.time_zone))
     finally:
         fs.rm(root, recursive=True)
     all_files = {p.raw_values: sorted(f.path for f in p.files) for p in static.partitions}
@@ -224,13 +247,7 @@ def check_case(case: Case, stats: Counter) -> None:
 
 def test_generated_tables_and_filters_never_lose_a_joining_partition():
     stats: Counter = Counter()
-
-    @settings(max_examples=PLANNER_CASES, derandomize=True, database=None, deadline=None)
-    @given(case=cases(names=COLUMN_NAMES))
-    def run(case):
-        check_case(case, stats)
-
-    run()
+    for_each_case(planner_cases(), PLANNER_CASES, lambda case: check_case(case, stats))
     print(f"planner equivalence: {dict(stats)}")
     assert stats["cases"] >= PLANNER_CASES
     # The strategies must reach the interesting cases, not only trivial ones.
@@ -245,7 +262,7 @@ def test_generated_tables_and_filters_never_lose_a_joining_partition():
 
 def _enumerate(root, types: dict[str, str], data: DynamicFilteringData) -> Listing:
     enumerator = DynamicPartitionEnumerator(PartitionEnumerator(fsspec.filesystem("file"), str(root)), types,
-                                            time_zone="UTC")
+                                            settings=PartitionSettings("UTC"))
     enumerator.set_dynamic_filtering_data(data)
     return enumerator.enumerate()
 

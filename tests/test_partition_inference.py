@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynsource import partitions, sparkcast
+from dynsource import partitions
 from dynsource.ddl import parse_ddl
 from dynsource.partitions import (
     DEFAULT_PARTITION_NAME,
@@ -216,14 +216,11 @@ def test_to_arrow_resolves_dst_like_java():
     ]
 
 
-def test_to_arrow_without_zone_uses_the_process_zone(monkeypatch):
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    sparkcast.local_zone.cache_clear()
-    try:
-        values = to_arrow(["2022-02-22 09%3A00%3A00"], "timestamp").to_pylist()
-    finally:
-        sparkcast.local_zone.cache_clear()
-    assert values == [dt.datetime(2022, 2, 22, 0, tzinfo=UTC)]
+def test_to_arrow_without_zone_refuses_timestamps_rather_than_guess_one():
+    # Spark types them in the session's zone, which a Python data source is not told: no zone is no value.
+    with pytest.raises(partitions.ZoneUnknownError):
+        to_arrow(["2022-02-22 09%3A00%3A00"], "timestamp")
+    assert to_arrow(["2022-02-22 09%3A00%3A00"], "timestamp_ntz").to_pylist() == [dt.datetime(2022, 2, 22, 9)]
 
 
 @pytest.mark.parametrize(
@@ -236,9 +233,9 @@ def test_to_arrow_without_zone_uses_the_process_zone(monkeypatch):
 )
 def test_to_arrow_strict_names_the_value_and_type(raw, type_name):
     with pytest.raises(ValueError) as error:
-        to_arrow([NULL, raw], type_name)
+        to_arrow([NULL, raw], type_name, time_zone="UTC")
     assert f"'{raw}'" in str(error.value) and type_name in str(error.value)
-    assert to_arrow([NULL, raw], type_name, strict=False).to_pylist() == [None, None]
+    assert to_arrow([NULL, raw], type_name, time_zone="UTC", strict=False).to_pylist() == [None, None]
 
 
 def test_to_arrow_rejects_unknown_zone_and_type():

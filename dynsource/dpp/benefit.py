@@ -84,6 +84,11 @@ class Survey:
     branch: Listing | None = None  # the walk down the first branch, when survey() made it
     fanout: int = 1  # the directories at each level of the walk down the first branch, multiplied
 
+    @property
+    def typing(self) -> PartitionTyping:
+        """How the fact's walks type its partition values: its columns' types, under the reading session's settings."""
+        return PartitionTyping(self.column_types, self.fact.partition_settings)
+
     def estimated_bytes(self) -> int:
         """The table's size were every leaf partition as large as the first one (a deep survey's estimate)."""
         return self.fanout * sum(f.size for p in self.first_branch.partitions[:1] for f in p.files)
@@ -91,7 +96,7 @@ class Survey:
     @functools.cached_property
     def first_branch(self) -> Listing:
         return self.branch or _walk(PartitionEnumerator(*files.open_table(self.fact.path, self.fact.storage_options)),
-                                    self.column_types, deep=True)[1]
+                                    self.typing, deep=True)[1]
 
     def sample(self, columns: Sequence[str]) -> pa.Table | None:
         """``columns`` of the first data file of the first branch, and of the next ones (:attr:`more_files`, up to
@@ -115,7 +120,7 @@ class Survey:
         """Data files down the first ``SAMPLE_FILES`` directories at each level: where :meth:`sample` finds more
         rows when the first file holds few (a table of small files), walked when first asked."""
         enumerator = PartitionEnumerator(*files.open_table(self.fact.path, self.fact.storage_options))
-        listing = _walk(enumerator, self.column_types, deep=True, width=SAMPLE_FILES)[1]
+        listing = _walk(enumerator, self.typing, deep=True, width=SAMPLE_FILES)[1]
         return [f.path for f in listing.files][:SAMPLE_FILES]
 
 
@@ -133,7 +138,8 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
     kept = _kept_surveys.get(key) if key else None
     if kept is not None and directories.read_alike(fs, kept[1].read):
         return kept[0]
-    levels, listing = _walk(PartitionEnumerator(fs, root), column_types, deep)
+    typing = PartitionTyping(column_types, fact.partition_settings)
+    levels, listing = _walk(PartitionEnumerator(fs, root), typing, deep)
     result = Survey(fact, column_types, listing.columns, levels[0] if levels else None, listing if deep else None,
                     math.prod(len(level.raw_rows) for level in levels) if deep else 1)
     if key and listing.checkable(root):
@@ -141,7 +147,7 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
     return result
 
 
-def _walk(enumerator: PartitionEnumerator, column_types: Mapping[str, str], deep: bool,
+def _walk(enumerator: PartitionEnumerator, typing: PartitionTyping, deep: bool,
           width: int = 1) -> tuple[list[Level], Listing]:
     """The levels listed and the listing of a walk down the first ``width`` directories at each level (``deep``)."""
     levels: list[Level] = []
@@ -150,7 +156,7 @@ def _walk(enumerator: PartitionEnumerator, column_types: Mapping[str, str], deep
         levels.append(level)
         return [deep and index < width for index in range(len(level.raw_rows))]
 
-    return levels, enumerator.enumerate(first_only, PartitionTyping(column_types))
+    return levels, enumerator.enumerate(first_only, typing)
 
 
 def min_scan_bytes(spark: SparkSession) -> int:

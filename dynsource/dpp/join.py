@@ -20,7 +20,7 @@ from dynsource.dpp import benefit, queryreport
 from dynsource.dpp.benefit import DEFAULT_FALLBACK_FILTER_RATIO
 from dynsource.filtering import collector, handles
 from dynsource.filtering.filterstore import FilterStore
-from dynsource.scan.options import ScanOptions, filter_options
+from dynsource.scan.options import ScanOptions, filter_options, session_options
 from dynsource.spark import catalog, filereader
 from dynsource.spark.source import DynsourceDataSource
 
@@ -101,7 +101,8 @@ def dynamic_join(
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
     spark = dims[0][0].sparkSession
     base_options = dict(options or {})
-    if _is_path(fact):
+    if _is_path(fact):  # a registered table's definition carries the session's settings; a path is given them here
+        base_options = {**session_options(spark, base_options), **base_options}
         fact_options = ScanOptions.parse({**base_options, "path": fact})
         fact_schema = DynsourceDataSource({**base_options, "path": fact}).table_schema()
     else:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
+from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import benefit, detection, dimensions, nameresolution, snapshots, sqltree, starjoin
@@ -49,6 +50,7 @@ from dynsource.dpp.queryreport import Assignment, QueryReport
 from dynsource.filtering import DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
 from dynsource.layout.partitionfilter import PartitionFilter
+from dynsource.runtime import settings
 from dynsource.runtime.lru import LruMap
 from dynsource.scan.options import filter_options
 from dynsource.scan.origin import Reader
@@ -57,6 +59,12 @@ from dynsource.spark import catalog, filereader
 
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256
+CASE_SENSITIVE = "spark.sql.caseSensitive"
+# dynsource's analysis reads a query's names ignoring case (sqlglot's Spark dialect), so the dimension query it
+# writes may name a column in another case than the query: Spark, told to match case, would not resolve it.
+_CASE_SENSITIVE = (f"{CASE_SENSITIVE} is true, and dynsource.sql reads a query's names ignoring case: it collects no "
+                   "dimension's keys under it (Spark reads the join as written)")
+WHOLE = {"warnUnpruned": "false"}  # the options of a scan read whole: dynsource.sql says itself when it matters
 _detections: LruMap[detection.Detection] = LruMap(DETECTIONS_KEPT)
 # By text: whether it is a query, and each table reference's name parts (see _shape).
 _shapes: LruMap[tuple[bool, tuple[tuple[str, ...], ...]]] = LruMap(DETECTIONS_KEPT)
@@ -148,10 +156,12 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
     facts = _Facts(spark, tables, definitions)
+    case_sensitive = (settings.get(spark, CASE_SENSITIVE) or "false").strip().lower() == "true"
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         collected = set()
         for pruning in detected.prunings:
-            why = _not_collected(facts, pruning, min_scan_bytes, spark_prunes_local)
+            why = _CASE_SENSITIVE if case_sensitive else _not_collected(facts, pruning, min_scan_bytes,
+                                                                         spark_prunes_local)
             if why is None:
                 types = tables[pruning.fact.table].columns
                 collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
@@ -182,7 +192,7 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[detection.FactScan
         read = (scan.table, static, scan.columns)
         if read not in placeholders:
             try:
-                df = catalog.read_table(spark, scan.table, {} if static is None else {"partitionFilter": static},
+                df = catalog.read_table(spark, scan.table, WHOLE if static is None else {"partitionFilter": static},
                                         scan.columns, definitions[scan.table])
             except Exception:  # Plan.run reads it again and raises the error there, as without prepare
                 continue
@@ -212,9 +222,12 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
             options |= filter_options(assignment.handle, result.store)
-        result.reads.append((scan, options))
         if options:
+            result.reads.append((scan, options))
             assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
+        else:  # read whole: said here, where the query is known, and only where a predicate could have pruned
+            result.reads.append((scan, dict(WHOLE)))
+            notes += _unpruned(scan, facts)
         if prunings or static is not None:
             result.assignments.append(assignment)
         result.notes += notes
@@ -280,6 +293,28 @@ def _partition_filter(scan: detection.FactScan, definition: catalog.TableDefinit
         return None
     stored = [options.partition_filter.text] if options.partition_filter is not None else []
     return " AND ".join(f"({text})" for text in [*stored, *kept])
+
+
+def _unpruned(scan: detection.FactScan, facts: _Facts) -> list[str]:
+    """The note, also logged as a WARNING, on the query's predicates on the scan's partition columns that no
+    ``partitionFilter`` evaluates, when the scan reads every partition: none when it has no such predicate."""
+    columns = {column.lower() for column in facts.survey(scan.table).columns} if scan.predicates else set()
+    unpruned = [text for text in scan.predicates if columns and _names_only(text, columns)]
+    if not unpruned:
+        return []
+    note = (f"{_scan_name(scan)}: the predicate(s) {', '.join(unpruned)} on its partition columns prune no partition "
+            "(partitionFilter evaluates comparisons, IN, BETWEEN and IS NULL of integral, decimal, string, date and "
+            "boolean columns with literals); the scan reads every partition and Spark filters the rows read")
+    log.warning("dynsource: %s.", note)
+    return [note]
+
+
+def _names_only(predicate: str, columns: set[str]) -> bool:
+    try:
+        named = {column.name.lower() for column in sqlglot.parse_one(predicate, read="spark").find_all(exp.Column)}
+    except SqlglotError:
+        return False
+    return bool(named) and named <= columns
 
 
 def _assign(scan: detection.FactScan, prunings: list[detection.Pruning], survey: benefit.Survey,

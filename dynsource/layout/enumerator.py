@@ -196,8 +196,9 @@ class DynamicPartitionEnumerator:
         Columns of the read schema: a filter field naming one of them (and no
         partition column) does not prune partitions but is a valid field, left
         to the reader's row-group and row filtering.
-    time_zone : str or None
-        Zone of timestamp partition values (None: this process's zone).
+    settings : PartitionSettings
+        The session settings typing partition values (the zone of timestamp
+        values among them; without one, a timestamp column is an error).
     on_error : {"fallback", "fail"}
         What a filter that cannot be applied does: read everything (logged) or raise.
         A filter naming a field that is neither a partition nor a data column
@@ -213,7 +214,7 @@ class DynamicPartitionEnumerator:
         column_types: Mapping[str, str],
         *,
         data_columns: Sequence[str] = (),
-        time_zone: str | None = None,
+        settings: partitions.PartitionSettings = partitions.DEFAULT_SETTINGS,
         on_error: str = "fallback",
         static_filter: LevelFilter | None = None,
     ) -> None:
@@ -221,7 +222,7 @@ class DynamicPartitionEnumerator:
         self.static_filter = static_filter
         self.column_types = dict(column_types)
         self.data_columns = tuple(data_columns)
-        self.time_zone = time_zone
+        self.settings = settings
         self.on_error = on_error
         self.data: DynamicFilteringData | None = None
 
@@ -245,7 +246,7 @@ class DynamicPartitionEnumerator:
     def _walk(self, dynamic: bool, set_aside: list[str]) -> Listing:
         keep = functools.partial(self._keep, set_aside) if dynamic else None
         level_filters = [f for f in (self.static_filter, keep) if f is not None]
-        typing = PartitionTyping(self.column_types, self.time_zone)
+        typing = PartitionTyping(self.column_types, self.settings)
         return self.static.enumerate(_kept_by_all(level_filters) if level_filters else None, typing)
 
     def _keep(self, set_aside: list[str], level: Level) -> Sequence[bool] | None:

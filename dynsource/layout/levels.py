@@ -18,19 +18,19 @@ from dynsource import partitions
 
 @dataclass(frozen=True)
 class PartitionTyping:
-    """How a walk types directory values: a column's known Spark SQL type, else Spark's inference over its level.
-
-    ``time_zone`` is the zone of timestamp values (None: this process's zone).
-    """
+    """How a walk types directory values: a column's known Spark SQL type, else Spark's inference over its level,
+    under the session ``settings`` (the time zone of timestamp values among them)."""
 
     column_types: Mapping[str, str]
-    time_zone: str | None = None
+    settings: partitions.PartitionSettings = partitions.DEFAULT_SETTINGS
 
     def type_level(self, column: str, raw: Sequence[str]) -> tuple[str, pa.Array, pa.Array]:
         """The type, the typed values (null where Spark cannot convert one), and where that happened."""
         known = {name.lower(): type_name for name, type_name in self.column_types.items()}
-        type_name = known.get(column.lower()) or partitions.infer_type(raw)
-        typed = partitions.to_arrow(raw, type_name, time_zone=self.time_zone, strict=False)
+        type_name = known.get(column.lower()) or partitions.infer_type(raw, self.settings)
+        if type_name == "timestamp" and self.settings.time_zone is None:
+            raise partitions.zone_unknown(column)
+        typed = partitions.to_arrow(raw, type_name, time_zone=self.settings.time_zone, strict=False)
         not_null = pc.not_equal(pa.array(raw, pa.string()), partitions.DEFAULT_PARTITION_NAME)
         return type_name, typed, pc.and_(not_null, pc.is_null(typed))
 

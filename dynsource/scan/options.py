@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import storage
+from dynsource import partitions, sparkcast, storage
 from dynsource.ddl import parse_ddl
 from dynsource.filtering import filterstore
 from dynsource.filtering.filterstore import FilterStore
@@ -29,6 +29,7 @@ FORMATS = ("parquet", "orc", "csv", "json")
 READERS = ("auto", "spark", "python")  # who reads a registered table's kept files in dynsource.sql, dynamic_join
 ON_ERROR = ("fallback", "fail")
 OVERWRITE_MODES = ("static", "dynamic")  # what a write's overwrite replaces: the whole table, or its partitions
+TIMESTAMP_TYPES = ("timestamp_ltz", "timestamp_ntz")  # spark.sql.timestampType's values
 DEFAULT_BATCH_SIZE = 65536
 # openLooKeng's hive.dynamic-filtering-row-filtering-threshold default.
 DEFAULT_ROW_FILTER_MAX_KEYS = 2000
@@ -123,13 +124,13 @@ def _partition_filter(name: str, value: str) -> PartitionFilter | None:
 
 
 def _time_zone(name: str, value: str) -> str:
-    from zoneinfo import ZoneInfo
-
+    # The zone IDs Spark's spark.sql.session.timeZone takes: regions, offsets, UTC+h and the short IDs.
     try:
-        ZoneInfo(str(value).strip())
-    except Exception:
+        sparkcast.resolve_zone(str(value).strip())
+    except ValueError:
         raise ValueError(
-            f"Option '{name}' = {value!r} is not a known time zone; expected an IANA name such as 'UTC'."
+            f"Option '{name}' = {value!r} is not a known time zone; expected a zone ID such as 'UTC', "
+            "'America/Los_Angeles' or '+05:30'."
         ) from None
     return str(value).strip()
 
@@ -188,6 +189,8 @@ class ScanOptions:
     min_partition_num: int = _option("minPartitionNum", _positive_int, os.cpu_count() or 1)
     batch_size: int = _option("batchSize", _positive_int, DEFAULT_BATCH_SIZE)
     time_zone: str | None = _option("timeZone", _time_zone, None)
+    partition_column_type_inference: bool = _option("partitionColumnTypeInference", _boolean, True, _boolean_text)
+    timestamp_type: str = _option("timestampType", _choice(TIMESTAMP_TYPES), "timestamp_ltz")
     row_filter_max_keys: int = _option("rowFilterMaxKeys", _non_negative_int, DEFAULT_ROW_FILTER_MAX_KEYS)
     task_filter_max_bytes: int = _option("taskFilterMaxBytes", _byte_size, DEFAULT_TASK_FILTER_MAX_BYTES)
     dynamic_filter_wait_ms: int = _option("dynamicFilterWaitMs", _non_negative_int, DEFAULT_WAIT_MS)
@@ -195,6 +198,7 @@ class ScanOptions:
     filter_store_options: StorageOptions | None = _option("filterStoreOptions", StorageOptions.parse, None,
                                                           _json_text)
     log_level: str | None = _option("logLevel", _log_level, None)
+    warn_unpruned: bool = _option("warnUnpruned", _boolean, True, _boolean_text)
     reader: str = _option("reader", _choice(READERS), "auto")
     partition_overwrite_mode: str | None = _option("partitionOverwriteMode", _choice(OVERWRITE_MODES), None)
     abandoned_write_age_ms: int = _option("abandonedWriteAgeMs", _non_negative_int, DEFAULT_ABANDONED_AGE_MS)
@@ -206,6 +210,12 @@ class ScanOptions:
         if "path" not in parsed:
             raise ValueError(_PATH_REQUIRED)
         return cls(**parsed)
+
+    @property
+    def partition_settings(self) -> partitions.PartitionSettings:
+        """The session settings under which this scan types partition values (as Spark would)."""
+        return partitions.PartitionSettings(self.time_zone, self.partition_column_type_inference,
+                                            self.timestamp_type == "timestamp_ntz")
 
     @property
     def declared_types(self) -> dict[str, str]:
@@ -251,6 +261,30 @@ def reader_options(**attributes: Any) -> dict[str, str]:
     """
     return {_BY_ATTRIBUTE[name].metadata["option"]: _BY_ATTRIBUTE[name].metadata["render"](value)
             for name, value in attributes.items() if value is not None}
+
+
+# The reader options that carry the session settings typing partition values, and the settings they carry.
+_SESSION_OPTIONS = {
+    "timeZone": partitions.TIME_ZONE_SETTING,
+    "partitionColumnTypeInference": partitions.INFERENCE_SETTING,
+    "timestampType": partitions.TIMESTAMP_TYPE_SETTING,
+}
+
+
+def session_options(spark: Any, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The reader options that type partition values as the session ``spark`` does now, but those ``given``.
+
+    Spark's Python workers are not told the session's settings: wherever dynsource builds a read on the driver it
+    passes these, so a scan planned in a worker types ``ts=2024-01-01 05%3A00%3A00`` in the session's time zone,
+    and infers partition types (or not) as ``spark.read.parquet`` would. Options ``given`` (a table's stored ones,
+    a reference's) are the user's and win, as Spark's file-source option ``timeZone`` wins over the session's.
+    """
+    taken = {key.lower() for key in given or ()}
+    wanted = {option: setting for option, setting in _SESSION_OPTIONS.items() if option.lower() not in taken}
+    found = {option: settings.get(spark, setting) for option, setting in wanted.items()}
+    if "timeZone" in found and found["timeZone"] is None:  # unset over Spark Connect: the server's default
+        found["timeZone"] = spark.conf.get(partitions.TIME_ZONE_SETTING)
+    return {option: str(value) for option, value in found.items() if value is not None}
 
 
 def filter_options(handle: str, store: FilterStore) -> dict[str, str]:

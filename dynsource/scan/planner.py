@@ -180,7 +180,7 @@ class ScanPlanner:
             partition_filter.check_types(self.column_types)
         fs, walk = self.walk
         enumerator = DynamicPartitionEnumerator(
-            walk, self.column_types, data_columns=schema.names, time_zone=options.time_zone,
+            walk, self.column_types, data_columns=schema.names, settings=options.partition_settings,
             on_error=options.dynamic_filter_on_error,
             static_filter=partition_filter.level_filter() if partition_filter else None,
         )
@@ -246,12 +246,14 @@ def record(
     """Log and save ``planned``'s report, under its ``reader``'s table (by default the one at ``path``) and its
     handle if any; a partitioned table read whole without any filter by the Python reader logs a WARNING.
 
-    Spark's reader reads only for ``dynsource.sql`` and ``dynamic_join``, which already turn the query's
-    predicates on partition columns into ``partitionFilter``: a table they read whole has none to turn.
+    Spark's reader reads only for ``dynsource.sql``, ``dynsource.table`` and ``dynamic_join``; ``dynsource.sql``
+    turns a query's predicates on partition columns into ``partitionFilter`` and, knowing the query, says itself
+    where one could not prune (its reads set ``warnUnpruned`` false).
     """
     scan = _report(planned, reader, input_partitions=input_partitions, task_figures=task_figures, read_by=read_by)
-    if read_by == "python" and not planned.dynamic and planned.options.partition_filter is None:
-        _warn_whole_table(planned.options, reader.table if reader else None, planned.listing)
+    options = planned.options
+    if read_by == "python" and options.warn_unpruned and not planned.dynamic and options.partition_filter is None:
+        _warn_whole_table(options, reader.table if reader else None, planned.listing)
     return scan
 
 

@@ -147,8 +147,8 @@ def _arrow_type(field: StructField) -> pa.DataType:
 def _check_partition_column(field: StructField, raw: str | None, time_zone: str | None) -> None:
     try:
         type_name = normalize_type(field.dataType.simpleString())
-        if raw is not None:
-            partitions.to_arrow([raw], type_name, time_zone=time_zone)
+        if raw is not None:  # whether Spark can type it at all: any zone tells (the session's is not known here)
+            partitions.to_arrow([raw], type_name, time_zone=time_zone or "UTC")
     except ValueError as error:
         raise ValueError(f"Partition column '{field.name}' of the declared schema: {error}") from None
 
@@ -242,7 +242,8 @@ def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructFiel
         )
     fields = []
     for index, column in enumerate(listing.columns):
-        type_name = declared.get(column) or partitions.infer_type(p.raw_values[index] for p in listing.partitions)
+        type_name = declared.get(column) or partitions.infer_type((p.raw_values[index] for p in listing.partitions),
+                                                                  options.partition_settings)
         fields.append(spark_schema(pa.schema([(column, arrow_type(type_name))]))[0])
     return fields
 

@@ -14,6 +14,7 @@ the tables of a new session deletes the definitions whose table is gone.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -29,8 +30,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dynsource.filtering.filterstore import FilterStore
+from dynsource.runtime.lru import LruMap
 from dynsource.scan import tableschema, taskfigures
-from dynsource.scan.options import OPTION_NAMES
+from dynsource.scan.options import OPTION_NAMES, session_options
 from dynsource.scan.tableschema import check_declared_schema
 from dynsource.spark import filereader
 from dynsource.spark.metastore import in_catalog
@@ -53,6 +55,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _locations: dict[str, str] = {}
 _changes = itertools.count(1)
 changes = 0  # registrations and drops by this process, counted: a name resolved before one may mean another table
+# Definitions as read in a session (its settings typing partition values), by definition and settings.
+_in_session: LruMap[tuple[TableDefinition, TableDefinition]] = LruMap(256)
 
 
 def _changed() -> None:
@@ -126,7 +130,8 @@ def register_table(
     stored = _canonical({"path": _absolute(path), **{key: _option_text(value) for key, value in options.items()}})
     if "dynamicFilter" in stored:
         raise ValueError("Option 'dynamicFilter' belongs to a query, not a table: pass it with WITH (...) instead.")
-    reader = DynsourceDataSource(stored)  # validates the options before anything changes
+    # Validates the options before anything changes; infers the schema as the session's spark.read.parquet would.
+    reader = DynsourceDataSource({**session_options(spark, stored), **stored})
     exists = in_catalog(spark, table)
     if exists and not replace:
         raise ValueError(f"Table '{table}' already exists{_same_options(table, stored, spark, definitions)}; pass "
@@ -213,12 +218,24 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     """
     table = qualified_name(spark, name)
     try:
-        return read_definition(table, _location_of(spark, table, definitions))
+        return in_session(spark, read_definition(table, _location_of(spark, table, definitions)))
     except TableDefinitionError:
         if spark.catalog.tableExists(table):
             raise
         raise TableDefinitionError(f"Table '{table}' is not registered: register it first with "
                                    f"dynsource.register_table(spark, '{name}', path=...).") from None
+
+
+def in_session(spark: SparkSession, definition: TableDefinition) -> TableDefinition:
+    """``definition`` as read in ``spark``: with the session's settings that type partition values where its stored
+    options leave them out (:func:`dynsource.scan.options.session_options`)."""
+    session = tuple(sorted(session_options(spark, definition.options).items()))
+    key = (id(definition), session)  # a definition holds a dict: kept with its copy, so that the id stays its own
+    found = _in_session.get(key)
+    if found is None or found[0] is not definition:
+        found = (definition, dataclasses.replace(definition, session=session))
+        _in_session.put(key, found)
+    return found[1]
 
 
 def read_table(
@@ -244,7 +261,7 @@ def read_table(
         ``name`` is not a registered dynsource table (no definition).
     """
     definition = definition or load_definition(spark, name)
-    options = dict(options or {})
+    options = {**dict(definition.session), **(options or {})}  # the Python source reads the stored definition
     return filereader.read_by_choice(spark, SOURCE_PREFIX + definition.table, options,
                                       definition.scan_options.with_options(options), definition.schema, columns)
 

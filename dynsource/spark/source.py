@@ -144,9 +144,23 @@ class DynsourceDataSource(DataSource):
         Parallelism the split size aims for, as ``spark.sql.files.minPartitionNum``.
     batchSize : str, default "65536"
         Most rows per Arrow batch handed to Spark.
-    timeZone : str, default this machine's time zone
-        Zone of timestamp partition values such as ``ts=2024-01-01 10%3A00%3A00``
-        (set it to ``spark.sql.session.timeZone`` if you changed that).
+    timeZone : str, default the session's where dynsource builds the read, else none
+        The session time zone (``spark.sql.session.timeZone``) in which Spark
+        reads timestamp partition values such as ``ts=2024-01-01 10%3A00%3A00``,
+        and names the directories it writes. Spark does not pass its session's
+        settings to a Python data source: ``dynsource.sql``, ``dynsource.table``,
+        ``dynamic_join`` and ``dynsource.write`` pass the session's; a read of a
+        TIMESTAMP partition column, or a write of one, without it is an error
+        naming this option, never a guess. Spark's file sources take the same option.
+    partitionColumnTypeInference : bool, default the session's where dynsource builds the read, else "true"
+        As ``spark.sql.sources.partitionColumnTypeInference.enabled``: ``false``
+        types every partition column ``partitionColumns`` does not declare as a
+        string (``zip=00501`` stays ``'00501'``). Passed as ``timeZone`` is;
+        ``spark.read.format("dynsource")`` cannot learn the session's, so give it there.
+    timestampType : str, default the session's where dynsource builds the read, else "TIMESTAMP_LTZ"
+        As ``spark.sql.timestampType``: what a partition column of values such
+        as ``2024-01-01 10%3A00%3A00`` is inferred as (``TIMESTAMP_NTZ``: a
+        ``timestamp_ntz``, read without a zone). Passed as ``timeZone`` is.
     dynamicFilterWaitMs : str, default "10000"
         How long planning waits for a filter that ``collect(..., wait=False)``
         is still collecting; then it proceeds as ``dynamicFilterOnError`` says.
@@ -171,6 +185,13 @@ class DynsourceDataSource(DataSource):
         level is the one set on ``logging.getLogger("dynsource")`` before
         ``dynsource.register(spark)``. Lines go to the worker's stderr: the
         console in local mode, the executor's stderr log on a cluster.
+    warnUnpruned : bool, default "true"
+        Whether a scan of a partitioned table that the Python reader reads
+        whole, with neither ``partitionFilter`` nor ``dynamicFilter``, logs a
+        WARNING naming the ways to prune it (once per table in each Python
+        worker). ``dynsource.sql`` sets it ``false``: it knows the query, and
+        warns itself only where a predicate on a partition column could not
+        become a ``partitionFilter``.
     reader : str, default "auto"
         Who reads a registered table's kept files when ``dynsource.sql`` or
         ``dynamic_join`` reads it (``spark.read.format("dynsource")`` is always

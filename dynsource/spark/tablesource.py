@@ -39,11 +39,17 @@ class TableDefinitionError(ValueError):
 
 @dataclass(frozen=True)
 class TableDefinition:
-    """What a registered table reads: its qualified name, reader options (``path`` among them) and schema."""
+    """What a registered table reads: its qualified name, reader options (``path`` among them) and schema.
+
+    ``session`` holds the reader options that carry the reading session's settings (its time zone...) where the
+    stored options leave them out; they are not stored: a table is read in each session as that session types
+    partition values, as Spark reads a catalog table.
+    """
 
     table: str
     options: dict[str, str]
     schema: StructType
+    session: tuple[tuple[str, str], ...] = ()
 
     @property
     def path(self) -> str:
@@ -51,8 +57,8 @@ class TableDefinition:
 
     @functools.cached_property
     def scan_options(self) -> ScanOptions:
-        """The stored options, parsed (once per definition: each query's source overrides them)."""
-        return ScanOptions.parse(self.options)
+        """The stored options over the session's, parsed (once per definition: each query's source overrides them)."""
+        return ScanOptions.parse({**dict(self.session), **self.options})
 
     def to_json(self) -> bytes:
         document = {"version": _VERSION, "table": self.table, "options": self.options,

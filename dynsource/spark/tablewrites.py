@@ -22,7 +22,7 @@ from dynsource import partitions
 from dynsource.layout import abandoned
 from dynsource.runtime import deployment
 from dynsource.scan import files
-from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
+from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions, session_options
 from dynsource.spark import catalog
 from dynsource.spark.writeplan import check_columns
 
@@ -50,12 +50,14 @@ def write(df: DataFrame, target: str, *, mode: str = "append", options: Mapping[
         raise ValueError(f"Save mode {mode!r} is not valid; expected one of {list(MODES)}.")
     spark, options = df.sparkSession, dict(options or {})
     deployment.workers_checked(spark)  # the tasks write in Spark's Python workers
-    if is_path(target):
+    if is_path(target):  # the session's time zone names a timestamp partition's directories
+        options = {**session_options(spark, options), **options}
         scan_options = ScanOptions.parse({**options, "path": target})
         writer = df.write.format("dynsource").option("path", target)
         stored = {}
     else:
         definition = catalog.load_definition(spark, target)
+        options = {**dict(definition.session), **options}
         if "format" in options and options["format"].lower() != definition.scan_options.format:
             raise ValueError(f"Option 'format' = {options['format']!r}, but table '{target}' is defined as "
                              f"{definition.scan_options.format}.")

@@ -16,6 +16,7 @@ partition the write does not have rows for).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from dynsource import partitions, storage
+from dynsource import partitions, sparkcast, storage
 from dynsource.layout import commits
 from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.layout.levels import Level, PartitionTyping, PartitionValues
@@ -34,7 +35,14 @@ from dynsource.scan.options import DEFAULT_ABANDONED_AGE_MS, ScanOptions
 from dynsource.storage import StorageOptions
 from dynsource.types import normalize_type
 
-_WRITABLE = re.compile(r"^(tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|string|date|boolean)$")
+_WRITABLE = re.compile(r"^(tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|string|date|timestamp(_ntz)?|boolean)$")
+_ZONE_UNSET = (
+    "Partition column '{column}' of the write into '{path}' is a TIMESTAMP: Spark names its directories by the "
+    "values' wall-clock time in the session time zone (spark.sql.session.timeZone), which Spark does not pass to a "
+    "Python data source. Set option 'timeZone' on the write (.option('timeZone', "
+    "spark.conf.get('spark.sql.session.timeZone'))); dynsource.write and dynsource.sql pass the session's. Nothing was "
+    "written."
+)
 _OVERWRITE_MODE_UNSET = (
     "An overwrite of partitioned table '{path}' needs option 'partitionOverwriteMode': 'static' replaces the whole "
     "table, 'dynamic' only the partitions written (as Spark's spark.sql.sources.partitionOverwriteMode, which Spark "
@@ -59,6 +67,15 @@ class WriteTarget:
     column_types: tuple[str, ...] = ()
     inferred_types: tuple[str, ...] = ()
     replace_within: PartitionFilter | None = None  # a static overwrite replaces the partitions it keeps
+    time_zone: str | None = None  # where a timestamp partition value's directory is its wall-clock time
+
+    @property
+    def zone(self) -> dt.tzinfo | None:
+        return None if self.time_zone is None else sparkcast.resolve_zone(self.time_zone)
+
+    @property
+    def settings(self) -> partitions.PartitionSettings:
+        return partitions.PartitionSettings(self.time_zone)
 
     def check_written(self, fs: Any, root: str, directories: Sequence[str]) -> None:
         """The written directories' values must convert to the table's types, and lie within ``partitionFilter``."""
@@ -87,7 +104,7 @@ class WriteTarget:
     def _level(self, directories: Sequence[str]) -> Level:
         """The written directories as one level of every partition column, typed as the rows are."""
         rows = [tuple(segment.split("=", 1)[1] for segment in directory.split("/")) for directory in directories]
-        typing = PartitionTyping(dict(zip(self.partition_columns, self.column_types, strict=True)))
+        typing = PartitionTyping(dict(zip(self.partition_columns, self.column_types, strict=True)), self.settings)
         values = PartitionValues()
         for index, column in enumerate(self.partition_columns):
             values = values.extend(typing.type_level(column, [row[index] for row in rows]))
@@ -118,6 +135,8 @@ def plan_write(options: ScanOptions, schema: StructType, overwrite: bool = False
                       "the rows to write", f"the files of table '{options.path}'")
     _check_partition_columns(columns, types, options.declared_types)
     column_types = tuple(normalize_type(types[column]) for column in columns)
+    if "timestamp" in column_types and options.time_zone is None:
+        raise ValueError(_ZONE_UNSET.format(path=options.path, column=columns[column_types.index("timestamp")]))
     replace_within = _replace_within(options, columns, column_types) if overwrite else None
     if overwrite and columns and options.partition_overwrite_mode is None:
         raise ValueError(_OVERWRITE_MODE_UNSET.format(path=options.path))
@@ -128,7 +147,7 @@ def plan_write(options: ScanOptions, schema: StructType, overwrite: bool = False
                      for index, column in enumerate(columns))
     return WriteTarget(options.path, options.storage_options, options.format, columns,
                        options.partition_overwrite_mode or "static", options.abandoned_write_age_ms, column_types,
-                       inferred, replace_within)
+                       inferred, replace_within, options.time_zone)
 
 
 def _replace_within(options: ScanOptions, columns: Sequence[str],
@@ -158,7 +177,7 @@ def _check_partition_columns(columns: Sequence[str], types: Mapping[str, str], d
                              f"'partitionColumns' declares it {declared[column]}.")
         if not _WRITABLE.match(types[column]):
             raise ValueError(f"Partition column '{column}' is of type {types[column]}; dynsource writes partition "
-                             "columns of integral, decimal, string, date and boolean types.")
+                             "columns of integral, decimal, string, date, timestamp and boolean types.")
     if columns and len(columns) == len(types):
         raise ValueError(f"Every column of the rows to write is a partition column ({list(columns)}): "
                          "the data files would have no column.")
@@ -172,11 +191,11 @@ def _check_values(fs: Any, root: str, target: WriteTarget, directories: Sequence
     width = len(target.partition_columns)
     for index, (column, type_name) in enumerate(zip(target.partition_columns, target.inferred_types, strict=True)):
         values = sorted(set(raws[index::width]))
-        bad = _unconvertible(values, column, type_name)
+        bad = _unconvertible(values, column, type_name, target.settings)
         if bad is not None:
             listing = PartitionEnumerator(fs, root).enumerate()
             type_name = partitions.infer_type(p.raw_values[index] for p in listing.partitions)
-            bad = _unconvertible(values, column, type_name)
+            bad = _unconvertible(values, column, type_name, target.settings)
         if bad is not None:
             raise ValueError(
                 f"Partition column '{column}' of table '{target.url}' is {type_name} (inferred from its "
@@ -185,11 +204,12 @@ def _check_values(fs: Any, root: str, target: WriteTarget, directories: Sequence
                 f"column's type with option partitionColumns (e.g. '{column} STRING') on every read of the table.")
 
 
-def _unconvertible(raw_values: Sequence[str], column: str, type_name: str) -> str | None:
+def _unconvertible(raw_values: Sequence[str], column: str, type_name: str,
+                   settings: partitions.PartitionSettings) -> str | None:
     """The first of ``raw_values`` (escaped) with no image in ``type_name``, None when all convert."""
     if not type_name or not raw_values:
         return None
-    failed = PartitionTyping({column: type_name}).type_level(column, raw_values)[2].to_pylist()
+    failed = PartitionTyping({column: type_name}, settings).type_level(column, raw_values)[2].to_pylist()
     return raw_values[failed.index(True)] if True in failed else None
 
 

@@ -26,6 +26,7 @@ staging directory: a failed job leaves nothing visible.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
@@ -89,7 +90,7 @@ class DynsourceWriter(DataSourceArrowWriter):
         sinks: dict[str, _Sink] = {}
         try:
             for batch in iterator:
-                for directory, rows in _by_directory(batch, self.target.partition_columns):
+                for directory, rows in _by_directory(batch, self.target.partition_columns, self.target.zone):
                     if directory not in sinks:
                         name = commits.file_name(_task_id(), self.job, attempt, _EXTENSIONS[self.target.format])
                         sinks[directory] = _Sink(fs, f"{staging}/{directory}".rstrip("/"), name, self.target.format)
@@ -196,7 +197,8 @@ def _task_id() -> str:
     return f"{context.partitionId():05d}" if context is not None else "00000"
 
 
-def _by_directory(batch: pa.RecordBatch, columns: Sequence[str]) -> Iterator[tuple[str, pa.Table]]:
+def _by_directory(batch: pa.RecordBatch, columns: Sequence[str],
+                  zone: dt.tzinfo | None) -> Iterator[tuple[str, pa.Table]]:
     """The rows of ``batch`` by their partition directory (``''`` without partition columns), those columns dropped."""
     table = pa.Table.from_batches([batch])
     if not table.num_rows:
@@ -204,7 +206,7 @@ def _by_directory(batch: pa.RecordBatch, columns: Sequence[str]) -> Iterator[tup
     if not columns:
         yield "", table
         return
-    segments = [_segments(table.column(column), column) for column in columns]
+    segments = [_segments(table.column(column), column, zone) for column in columns]
     directories = segments[0] if len(segments) == 1 else pc.binary_join_element_wise(*segments, "/")
     data = table.drop_columns(list(columns))
     order = pc.sort_indices(directories)
@@ -215,15 +217,14 @@ def _by_directory(batch: pa.RecordBatch, columns: Sequence[str]) -> Iterator[tup
         yield directories[start].as_py(), data.slice(start, end - start)
 
 
-def _segments(values: pa.ChunkedArray, column: str) -> pa.ChunkedArray:
-    """``column=value`` for each row, escaped as Spark escapes directory names; null and '' are Spark's null name."""
-    text = pc.cast(values, pa.string())
-    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
-    text = pc.fill_null(text, partitions.DEFAULT_PARTITION_NAME)
-    distinct = pc.unique(text)
-    escaped = pa.array([partitions.escape_path_name(value) for value in distinct.to_pylist()], pa.string())
+def _segments(values: pa.ChunkedArray, column: str, zone: dt.tzinfo | None) -> pa.ChunkedArray:
+    """``column=value`` for each row, as Spark names the directory: the value as Spark casts it to a string (a
+    timestamp in the session's ``zone``), escaped; null and '' are Spark's null name."""
+    distinct = pc.unique(values)
+    names = [partitions.escape_path_name(partitions.directory_value(value, zone)) for value in distinct.to_pylist()]
     prefix = partitions.escape_path_name(column) + "="
-    return pc.binary_join_element_wise(prefix, pc.take(escaped, pc.index_in(text, distinct)), "")
+    return pc.binary_join_element_wise(prefix, pc.take(pa.array(names, pa.string()), pc.index_in(values, distinct)),
+                                       "")
 
 
 class _Sink:
