@@ -80,7 +80,7 @@ def _add_expire_command(commands: argparse._SubParsersAction) -> None:
                     "query resolved within the last hour (its lease) is kept whatever --older-than says.",
     )
     expire.add_argument("--older-than", required=True, type=_duration, metavar="AGE",
-                        help="a number with an optional unit s, m, h, d or w (default s), e.g. 7d or 12h")
+                        help="a number and its unit, s, m, h, d or w: 30s, 12h, 7d")
     expire.add_argument("--dry-run", action="store_true",
                         help="list the handles that would be removed, and remove nothing")
     _add_store_arguments(expire)
@@ -110,7 +110,7 @@ def _add_table_commands(commands: argparse._SubParsersAction) -> None:
                     "records. TABLE is a table directory (no Spark session is started) or a registered table's name.")
     vacuum.add_argument("table", help="a table directory (fsspec URL or local path) or a registered table's name")
     vacuum.add_argument("--older-than", type=_duration, default=_duration("1d"), metavar="AGE",
-                        help="a number with an optional unit s, m, h, d or w (default: 1d)")
+                        help="a number and its unit, s, m, h, d or w (default: 1d)")
     vacuum.add_argument("--dry-run", action="store_true", help="list what would be removed, and remove nothing")
     vacuum.add_argument("--storage-options", metavar="JSON",
                         help="fsspec storage options of a table directory as a JSON object (credentials, endpoint)")
@@ -199,13 +199,7 @@ def _drop_table(spark: SparkSession, args: argparse.Namespace) -> None:
     from dynsource.spark import catalog
 
     table = catalog.qualified_name(spark, args.name)
-    location = catalog.definitions_location(spark, args.definitions)
-    # catalog.in_catalog, not spark.catalog.tableExists: that resolves the table's source, unregistered here
-    # when its definition is elsewhere.
-    if not catalog.in_catalog(spark, table) and table not in catalog.stored_tables(location):
-        raise ValueError(f"table {table} is not registered (no catalog table and no definition in {location}); "
-                         "`dynsource table list` shows the registered ones")
-    catalog.drop_table(spark, args.name, definitions=args.definitions)
+    catalog.drop_table(spark, table, definitions=catalog.definitions_location(spark, args.definitions))
     print(f"dropped table {table}")
 
 
@@ -337,7 +331,7 @@ def _explain(args: argparse.Namespace) -> None:
         print("\n\n".join(str(report) for report in reports))
 
 
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,10 +343,11 @@ class _Duration:
 
 
 def _duration(text: str) -> _Duration:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    # A bare number is refused: 7 meant as days, read as seconds, would remove every handle of a shared store.
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
     if match is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; expected a number with an optional unit s, m, h, d or w, e.g. 7d"
+            f"{text!r} is not a duration; expected a number and its unit, s, m, h, d or w: 30s, 12h, 7d"
         )
     return _Duration(text.strip(), float(match.group(1)) * _UNITS[match.group(2)])
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pyspark
 
+from tests import jvm
+
 SPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _START_SECONDS = 120
@@ -40,7 +42,7 @@ def spark_environment(home: Path | None = None, **extra: str) -> dict[str, str]:
     environment = {key: value for key, value in os.environ.items() if key not in _NOT_INHERITED}
     environment.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                        # No REST submission server: it would take a fixed port.
-                       SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
+                       SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false", SPARK_DAEMON_JAVA_OPTS=jvm.JVM_OPTIONS)
     if home is not None:
         home.mkdir(parents=True, exist_ok=True)
         environment["HOME"] = str(home)
@@ -131,6 +133,7 @@ def start_connect_server(master: str, root: Path, *, filter_store: Path) -> tupl
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=1g",
                "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.sql.session.timeZone=UTC",
+               *(arg for key, value in jvm.DEFAULT_OPTIONS.items() for arg in ("--conf", f"{key}={value}")),
                "spark-internal"]
     server = start("connect-server", command,
                    spark_environment(root / "connect-home", DYNSOURCE_FILTER_STORE=str(filter_store)), root / "logs")

@@ -5,20 +5,29 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from tests import jvm
 from tests.faults import BUCKET, FaultProxy
 from tests.helpers import pushdown_set
 
+# Spark's JVMs, this process's and those of the processes the tests start, with the tests' options (tests/jvm.py).
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", jvm.SUBMIT_ARGS)
+
+# Every run publishes into a filter store of its own, never the user's default one (~/.cache/dynsource/filters),
+# and so do the processes the tests start: they inherit this environment.
+os.environ["DYNSOURCE_FILTER_STORE"] = tempfile.mkdtemp(prefix="dynsource-tests-filters-")
+
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def spark():
     # Workers must run this venv's Python, or they start one without pyarrow.
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("DYNSOURCE_FILTER_STORE", str(tmp_path_factory.mktemp("filter-store")))
     from pyspark.sql import SparkSession
 
     import dynsource
@@ -44,6 +53,22 @@ def spark(tmp_path_factory):
     dynsource.register(session)
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark ``spark`` every test that uses the session's SparkSession (``./test`` runs the others, which do not depend
+    on pyspark's version, on one pyspark line only); a test that starts Spark processes of its own says so itself."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def run_data(tmp_path_factory):
+    """Where generated data sets that no test changes are written once per run: ``./test`` shares one directory
+    between its pyspark lines ($DYNSOURCE_TEST_DATA), a plain pytest run has its own."""
+    shared = os.environ.get("DYNSOURCE_TEST_DATA")
+    return Path(shared) if shared else tmp_path_factory.mktemp("data")
 
 
 @pytest.fixture

@@ -213,6 +213,7 @@ def run_hive_session(warehouse: Path, step: str, path: str) -> subprocess.Comple
                           text=True, env=env, cwd=warehouse, timeout=300)
 
 
+@pytest.mark.spark  # in a process of its own
 def test_hive_table_survives_into_a_new_process_and_drop_removes_its_definition(tmp_path):
     path = write_fact(tmp_path / "fact")
     warehouse = tmp_path / "warehouse"
@@ -237,3 +238,9 @@ def test_register_table_docstring_example_runs(spark):
     for example in finder.find(dynsource.register_table, globs={"spark": spark}):
         runner.run(example)
     assert runner.failures == 0 and runner.tries > 0
+
+
+def test_dropping_a_table_that_is_not_registered_is_an_error_as_sparks_drop_table(spark, definitions):
+    with pytest.raises(ValueError, match=r"Table 'default.never_registered' is not registered"):
+        dynsource.drop_table(spark, "never_registered", definitions=definitions)
+    dynsource.drop_table(spark, "never_registered", definitions=definitions, if_exists=True)  # DROP TABLE IF EXISTS

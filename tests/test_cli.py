@@ -68,6 +68,7 @@ def test_output_piped_to_a_reader_that_stops_ends_without_a_traceback(spark, tmp
     assert "Traceback" not in piped.stderr and "BrokenPipeError" not in piped.stderr, piped.stderr
 
 
+@pytest.mark.spark  # in a process of its own
 def test_demo_runs_and_its_three_results_agree(tmp_path):
     result = run_cli("demo", "--data", str(tmp_path), env=None)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -95,6 +96,15 @@ def test_expire_of_a_store_with_an_unknown_protocol_fails_naming_it(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_expire_refuses_an_age_without_its_unit(tmp_path):
+    # 7 meant as days, read as seconds, would remove every handle of a shared store, other processes' too.
+    handle = handles.publish(DATA, str(tmp_path))
+    for age in ("7", "7 days", "1.5"):
+        result = run_cli("expire", "--older-than", age, "--store", str(tmp_path))
+        assert result.returncode == 2 and "a number and its unit, s, m, h, d or w: 30s, 12h, 7d" in result.stderr
+    assert [path.name for path in tmp_path.iterdir()] == [f"{handle}.dynf"]
+
+
 def test_expire_dry_run_lists_what_expire_then_removes_and_echoes_the_age_as_typed(tmp_path):
     root = str(tmp_path)
     old, fresh = handles.publish(DATA, root), handles.publish(DATA, root)
@@ -115,6 +125,7 @@ def test_expire_dry_run_lists_what_expire_then_removes_and_echoes_the_age_as_typ
         "nothing to remove"
 
 
+@pytest.mark.spark  # in a process of its own
 def test_a_table_command_says_where_the_catalog_goes_and_fails_in_one_line(tmp_path):
     session = ("--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}", "--definitions", str(tmp_path / "defs"),
                "--metastore", "meta")
@@ -124,8 +135,9 @@ def test_a_table_command_says_where_the_catalog_goes_and_fails_in_one_line(tmp_p
     assert dynsource_lines(dropped.stderr) == [
         f"dynsource: starting a local Spark session with a Hive catalog (metastore {meta / 'metastore_db'}, "
         f"Derby log {meta / 'derby.log'}, warehouse {tmp_path / 'wh'}) ...",
-        f"dynsource table drop: table default.nonexistent is not registered (no catalog table and no definition "
-        f"in {tmp_path / 'defs'}); `dynsource table list` shows the registered ones"]
+        f"dynsource table drop: Table 'default.nonexistent' is not registered (no catalog table and no definition "
+        f"in {tmp_path / 'defs'}); `dynsource table list` shows the registered ones (drop_table(..., if_exists=True) "
+        "takes a name that is not)."]
     assert "Traceback" not in dropped.stderr
     assert (meta / "derby.log").is_file() and (meta / "metastore_db").is_dir()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["meta"]  # no derby.log, metastore_db in the cwd

@@ -18,7 +18,7 @@ import pytest
 
 from tests.cluster import Cluster, spark_environment, start_cluster, start_connect_server
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 KEPT, TOTAL = 20, 60  # day partitions of the filtered month, of the table

@@ -64,6 +64,7 @@ def test_joins_that_keep_unmatched_fact_rows_do_not_prune(spark, fact, how):
     assert report.handle is None and not report.filtering and "keeps fact rows" in report.fallback_reason
 
 
+@pytest.mark.smoke  # ./test --quick: dynamic_join
 def test_keys_named_alike_join_as_sparks_join_on_names_with_one_column_each(spark, fact):
     """``on="k"``: the fact and the dimension share the name, and the result has one ``k`` (``join(on=["k"])``),
     which a later select names without ambiguity; of a star, per dimension."""

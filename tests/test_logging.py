@@ -80,6 +80,7 @@ def session():
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr.splitlines()
 
 
+@pytest.mark.spark  # in a process of its own
 def test_workers_log_at_the_driver_level_or_the_log_level_option(session):
     facts, lines = session
     handles = facts["handles"]
@@ -122,6 +123,7 @@ def test_the_log_level_option_is_validated():
         ScanOptions.parse({"path": "/t", "logLevel": "verbose"})
 
 
+@pytest.mark.spark  # in a process of its own
 def test_every_scan_logs_a_line_and_a_table_read_whole_warns_once_per_worker(session):
     facts, lines = session
     assert [line for line in lines if line.startswith(f"INFO dynsource.scan.report: Scan of {facts['root']}: original "
@@ -152,6 +154,7 @@ def tracebacks(lines: list[str]) -> list[tuple[list[str], str]]:
     return found
 
 
+@pytest.mark.spark  # in a process of its own
 def test_reads_stopped_early_print_no_traceback_of_dynsource(session):
     """show(), first() and a LIMIT stop read tasks mid-write. pyspark 4.1 and later then print its daemon's failed
     flush to the closed socket (its killWorkerOnFlushFailure), for any Python UDF as well; nothing else may show."""

@@ -107,6 +107,7 @@ def test_partition_filter_prunes(spark, table, tmp_path, predicate):
         read(spark, corrupt, schema).count()
 
 
+@pytest.mark.smoke  # ./test --quick: partitionFilter
 def test_partition_filter_with_a_dynamic_filter_both_must_keep(spark, table, tmp_path):
     schema = spark.read.parquet(str(table)).schema
     where = "a IN (1, 2) AND b = 'x'"

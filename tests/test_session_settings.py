@@ -63,6 +63,7 @@ def test_every_sql_query_of_a_timestamp_table_equals_spark_in_another_session_zo
         assert tuple(bounds[0]) == ("2024-01-01 00:00:00", "2024-01-02 23:00:00")
 
 
+@pytest.mark.smoke  # ./test --quick: dynsource.table and a session zone
 def test_dataframe_doors_of_a_timestamp_table_equal_spark_in_another_session_zone(spark, hourly):
     with session_set(spark, {partitions.TIME_ZONE_SETTING: "UTC"}):
         handle = dynsource.collect(hours(spark), {"ts": "h"})  # collected under another zone: instants compare

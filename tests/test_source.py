@@ -86,6 +86,7 @@ def copy_table(source: str, target: Path) -> Path:
     return target
 
 
+@pytest.mark.smoke  # ./test --quick: format("dynsource") with a handle
 def test_pruning_proven_by_deleting_non_matching_partitions(spark, star, tmp_path):
     date_dim, store_sales = star
     table = copy_table(store_sales, tmp_path / "store_sales")

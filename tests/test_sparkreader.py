@@ -98,6 +98,7 @@ def test_a_data_column_filter_past_sparks_parquet_in_threshold_is_pushed_as_its_
         spark.conf.unset("spark.sql.parquet.pushdown.inFilterThreshold")
 
 
+@pytest.mark.smoke  # ./test --quick: dynsource.sql, both readers
 def test_dynsource_sql_reads_registered_tables_by_the_chosen_reader(spark, tmp_path, definitions):
     root = write_sales(tmp_path / "sales")
     dynsource.register_table(spark, "reader_auto", path=root, definitions=definitions)

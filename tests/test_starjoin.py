@@ -263,7 +263,7 @@ def test_a_detection_is_given_again_only_for_the_same_text_resolved_to_the_same_
     from pyspark.sql.types import StructType
 
     from dynsource.dpp import queryplan
-    from dynsource.dpp.nameresolution import Relation
+    from dynsource.dpp.relation import Relation
 
     query = "SELECT d_moy FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000"
     resolved = ("default.store_sales", "default.date_dim")

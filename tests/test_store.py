@@ -227,7 +227,7 @@ def test_expire_command_removes_the_old_unused_handles(tmp_path):
 
 def test_commands_reject_a_bad_age_or_handle_and_document_the_lease(tmp_path):
     result = run_cli("expire", "--older-than", "7x", "--store", str(tmp_path))
-    assert result.returncode == 2 and "'7x' is not a duration; expected a number with an optional unit" in result.stderr
+    assert result.returncode == 2 and "'7x' is not a duration; expected a number and its unit" in result.stderr
     assert "lease" in run_cli("expire", "--help").stdout
     explained = run_cli("explain", "../../etc/passwd", "--store", str(tmp_path))
     assert explained.returncode == 1 and "'../../etc/passwd' (option 'dynamicFilter' or a handle argument) is not" \

@@ -19,8 +19,8 @@ from dynsource.dpp import dimensions
 
 
 @pytest.fixture(scope="module")
-def tpcds_session(spark, tmp_path_factory):
-    root, texts = tpcds.generate(0.01, tmp_path_factory.mktemp("tpcds"))
+def tpcds_session(spark, run_data, tmp_path_factory):
+    root, texts = tpcds.generate(0.01, run_data)  # read only: generated once for the run's pyspark lines
     definitions = str(tmp_path_factory.mktemp("tpcds-definitions"))
     tables = tpcds.partition_facts(spark, root, {"store_sales": "ss_sold_date_sk"})
     for name, path in tables.items():

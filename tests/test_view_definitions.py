@@ -3,7 +3,7 @@ texts are Spark's own, as pyspark 4.3 and 4.0 servers sent them)."""
 
 from __future__ import annotations
 
-from dynsource.dpp.nameresolution import v2_relation
+from dynsource.dpp.connectnames import v2_relation
 from dynsource.spark.metastore import described_view
 
 ANALYSED = """== Analyzed Logical Plan ==

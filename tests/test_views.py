@@ -31,6 +31,7 @@ def sales(spark, tmp_path, definitions, monkeypatch):
     spark.catalog.dropTempView("lasting_native")
 
 
+@pytest.mark.smoke  # ./test --quick: views
 def test_a_scan_read_again_is_named_by_one_view_the_users_databases_do_not_list(spark, sales):
     before, temporary = lasting_views(spark), {t.name for t in spark.catalog.listTables() if t.isTemporary}
     expected = rows(spark.sql(QUERY.format(t="lasting_native")))

@@ -82,6 +82,7 @@ def test_every_mode_on_a_path_as_spark_writes_it(spark, tmp_path):
         save(sales(spark, range(1)), fresh, "error")  # Spark's own save() takes only append and overwrite
 
 
+@pytest.mark.smoke  # ./test --quick: writes
 def test_dynamic_overwrite_replaces_only_the_partitions_written(spark, tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     first, again = sales(spark, range(6), stores=3), sales(spark, range(20, 22), stores=2)
@@ -327,10 +328,10 @@ def test_a_tasks_rows_are_split_by_directory_as_spark_names_them():
     import pyarrow as pa
 
     empty = pa.record_batch({"v": pa.array([], pa.int64()), "p": pa.array([], pa.int32())})
-    assert list(dynsource_writer._by_directory(empty, ["p"])) == []
+    assert list(dynsource_writer._by_directory(empty, ["p"], None)) == []
     batch = pa.record_batch({"v": [1, 2, 3, 4], "p": pa.array([2, None, 2, 1], pa.int32()),
                              "s": ["a/b", "", "a/b", "x"]})
-    split = {directory: rows.to_pydict() for directory, rows in dynsource_writer._by_directory(batch, ["p", "s"])}
+    split = {directory: rows.to_pydict() for directory, rows in dynsource_writer._by_directory(batch, ["p", "s"], None)}
     assert split == {"p=1/s=x": {"v": [4]}, "p=2/s=a%2Fb": {"v": [1, 3]},
                      "p=__HIVE_DEFAULT_PARTITION__/s=__HIVE_DEFAULT_PARTITION__": {"v": [2]}}
 

@@ -41,15 +41,15 @@ from dataclasses import dataclass, field
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
-from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import benefit, detection, dimensions, nameresolution, snapshots, sqltree, starjoin
+from dynsource.dpp.partitionpredicates import WHOLE, partition_filter, unpruned
 from dynsource.dpp.placeholders import Frames
 from dynsource.dpp.queryreport import Assignment, QueryReport
+from dynsource.dpp.relation import Relation
 from dynsource.filtering import DynamicFilteringData, handles
 from dynsource.filtering.filterstore import FilterStore
-from dynsource.layout.partitionfilter import PartitionFilter
 from dynsource.runtime import settings
 from dynsource.runtime.lru import LruMap
 from dynsource.scan.options import filter_options
@@ -64,7 +64,6 @@ CASE_SENSITIVE = "spark.sql.caseSensitive"
 # writes may name a column in another case than the query: Spark, told to match case, would not resolve it.
 _CASE_SENSITIVE = (f"{CASE_SENSITIVE} is true, and dynsource.sql reads a query's names ignoring case: it collects no "
                    "dimension's keys under it (Spark reads the join as written)")
-WHOLE = {"warnUnpruned": "false"}  # the options of a scan read whole: dynsource.sql says itself when it matters
 _detections: LruMap[detection.Detection] = LruMap(DETECTIONS_KEPT)
 # By text: whether it is a query, and each table reference's name parts (see _shape).
 _shapes: LruMap[tuple[bool, tuple[tuple[str, ...], ...]]] = LruMap(DETECTIONS_KEPT)
@@ -192,7 +191,8 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[detection.FactScan
         read = (scan.table, static, scan.columns)
         if read not in placeholders:
             try:
-                df = catalog.read_table(spark, scan.table, WHOLE if static is None else {"partitionFilter": static},
+                whole_or_not = WHOLE if static is None else {"partitionFilter": static}
+                df = catalog.read_table(spark, scan.table, whole_or_not,
                                         scan.columns, definitions[scan.table])
             except Exception:  # Plan.run reads it again and raises the error there, as without prepare
                 continue
@@ -205,7 +205,7 @@ def _static_filter(scan: detection.FactScan, facts: _Facts) -> str | None:
     if not scan.predicates:
         return None
     definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
-    return _partition_filter(scan, definition, columns, facts.survey(scan.table).columns)
+    return partition_filter(scan, definition.scan_options, columns, facts.survey(scan.table).columns)
 
 
 def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
@@ -227,7 +227,8 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
             assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
         else:  # read whole: said here, where the query is known, and only where a predicate could have pruned
             result.reads.append((scan, dict(WHOLE)))
-            notes += _unpruned(scan, facts)
+            if scan.predicates:
+                notes += unpruned(scan, _scan_name(scan), facts.survey(scan.table).columns)
         if prunings or static is not None:
             result.assignments.append(assignment)
         result.notes += notes
@@ -273,48 +274,6 @@ def _not_collected(facts: _Facts, pruning: detection.Pruning, min_bytes: int, sp
                     and filereader.planned_before(facts.spark, facts.definitions[pruning.fact.table].scan_options))
     return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
             or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
-
-
-def _partition_filter(scan: detection.FactScan, definition: catalog.TableDefinition,
-                      column_types: Mapping[str, str], partition_columns: Sequence[str]) -> str | None:
-    """The query's own predicates on the scan's partition columns, as a ``partitionFilter`` (the stored one kept)."""
-    options = definition.scan_options
-    partition_columns = {column.lower() for column in partition_columns}
-    kept = []
-    for text in scan.predicates:
-        try:
-            predicate = PartitionFilter.parse(text)
-            predicate.check_types(column_types)
-        except ValueError:
-            continue  # not one partitionFilter evaluates exactly: Spark applies it to the rows read
-        if predicate.columns() <= partition_columns:
-            kept.append(text)
-    if not kept:
-        return None
-    stored = [options.partition_filter.text] if options.partition_filter is not None else []
-    return " AND ".join(f"({text})" for text in [*stored, *kept])
-
-
-def _unpruned(scan: detection.FactScan, facts: _Facts) -> list[str]:
-    """The note, also logged as a WARNING, on the query's predicates on the scan's partition columns that no
-    ``partitionFilter`` evaluates, when the scan reads every partition: none when it has no such predicate."""
-    columns = {column.lower() for column in facts.survey(scan.table).columns} if scan.predicates else set()
-    unpruned = [text for text in scan.predicates if columns and _names_only(text, columns)]
-    if not unpruned:
-        return []
-    note = (f"{_scan_name(scan)}: the predicate(s) {', '.join(unpruned)} on its partition columns prune no partition "
-            "(partitionFilter evaluates comparisons, IN, BETWEEN and IS NULL of integral, decimal, string, date and "
-            "boolean columns with literals); the scan reads every partition and Spark filters the rows read")
-    log.warning("dynsource: %s.", note)
-    return [note]
-
-
-def _names_only(predicate: str, columns: set[str]) -> bool:
-    try:
-        named = {column.name.lower() for column in sqlglot.parse_one(predicate, read="spark").find_all(exp.Column)}
-    except SqlglotError:
-        return False
-    return bool(named) and named <= columns
 
 
 def _assign(scan: detection.FactScan, prunings: list[detection.Pruning], survey: benefit.Survey,
@@ -368,7 +327,7 @@ def _read_as_planned(spark: SparkSession, resolver: nameresolution.Resolver, fra
 
 
 def _detect(query: str, tables: Mapping[str, detection.TableInfo], database: str,
-            relations: Sequence[nameresolution.Relation | None]) -> detection.Detection:
+            relations: Sequence[Relation | None]) -> detection.Detection:
     """:func:`starjoin.detect`, given again for a text detected before with each table reference resolved to the
     same ``relations`` (None: another catalog, or a name Spark will report as missing), of the same columns and
     types, in the same current ``database``: a warm session runs the same texts again, and detection depends on
@@ -405,7 +364,7 @@ def _shape(query: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
     return shape
 
 
-def _connect_views(relations: Sequence[nameresolution.Relation | None], global_database: str) -> list[str]:
+def _connect_views(relations: Sequence[Relation | None], global_database: str) -> list[str]:
     """Why each temporary view over a registered table that a Spark Connect lookup found is read as Spark reads it
     (a persistent view is seen through, or :mod:`dynsource.dpp.views` says why not)."""
     return list(dict.fromkeys(
@@ -417,7 +376,7 @@ def _connect_views(relations: Sequence[nameresolution.Relation | None], global_d
         and relation.database in (sqltree.TEMPORARY, global_database)))
 
 
-def _table_infos(relations: Sequence[nameresolution.Relation | None]) -> tuple[
+def _table_infos(relations: Sequence[Relation | None]) -> tuple[
         dict[str, detection.TableInfo], dict[str, catalog.TableDefinition]]:
     """What the table references resolve to (``relations``, as Spark resolves them; None: another catalog, or a
     name Spark will report as missing), by the qualified lower-case name the analysis gives them; and the

@@ -161,12 +161,23 @@ def _same_options(table: str, stored: Mapping[str, str], spark: SparkSession, de
     return " with these very options (nothing changed)" if same else " with other options"
 
 
-def drop_table(spark: SparkSession, name: str, *, definitions: str | None = None) -> None:
-    """Drop registered table ``name`` from the catalog and delete its definition (no error if either is gone)."""
+def drop_table(spark: SparkSession, name: str, *, definitions: str | None = None, if_exists: bool = False) -> None:
+    """Drop registered table ``name`` from the catalog and delete its definition.
+
+    As Spark's ``DROP TABLE``, a name that is neither in the catalog nor has a definition is an error, and with
+    ``if_exists`` (``DROP TABLE IF EXISTS``) it is not: either one left by an interrupted registration is removed.
+    """
     table = qualified_name(spark, name)
+    location = _location_of(spark, table, definitions)
+    # in_catalog, not spark.catalog.tableExists: that resolves the table's source, unregistered where its
+    # definition is elsewhere.
+    if not if_exists and not in_catalog(spark, table) and table not in stored_tables(location):
+        raise ValueError(f"Table '{table}' is not registered (no catalog table and no definition in {location}); "
+                         "`dynsource table list` shows the registered ones (drop_table(..., if_exists=True) takes a "
+                         "name that is not).")
     spark.sql(f"DROP TABLE IF EXISTS {table}")
     _changed()
-    _delete(_location_of(spark, table, definitions), table)
+    _delete(location, table)
 
 
 def register_tables(spark: SparkSession, *, definitions: str | None = None) -> list[str]:

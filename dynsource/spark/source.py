@@ -152,14 +152,16 @@ class DynsourceDataSource(DataSource):
         ``dynamic_join`` and ``dynsource.write`` pass the session's; a read of a
         TIMESTAMP partition column, or a write of one, without it is an error
         naming this option, never a guess. Spark's file sources take the same option.
-    partitionColumnTypeInference : bool, default the session's where dynsource builds the read, else "true"
+    partitionColumnTypeInference : bool, default "true"
         As ``spark.sql.sources.partitionColumnTypeInference.enabled``: ``false``
         types every partition column ``partitionColumns`` does not declare as a
-        string (``zip=00501`` stays ``'00501'``). Passed as ``timeZone`` is;
-        ``spark.read.format("dynsource")`` cannot learn the session's, so give it there.
-    timestampType : str, default the session's where dynsource builds the read, else "TIMESTAMP_LTZ"
-        As ``spark.sql.timestampType``: what a partition column of values such
-        as ``2024-01-01 10%3A00%3A00`` is inferred as (``TIMESTAMP_NTZ``: a
+        string (``zip=00501`` stays ``'00501'``). Where dynsource builds the read
+        it passes the session's, as for ``timeZone``; ``spark.read.format("dynsource")``
+        cannot learn the session's, so give it there.
+    timestampType : str, default "timestamp_ltz"
+        As ``spark.sql.timestampType`` (``TIMESTAMP_LTZ`` or ``TIMESTAMP_NTZ``,
+        any case): what a partition column of values such as
+        ``2024-01-01 10%3A00%3A00`` is inferred as (``TIMESTAMP_NTZ``: a
         ``timestamp_ntz``, read without a zone). Passed as ``timeZone`` is.
     dynamicFilterWaitMs : str, default "10000"
         How long planning waits for a filter that ``collect(..., wait=False)``
