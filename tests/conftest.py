@@ -38,6 +38,9 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # The run's own warehouse (and the default definitions location in it): never the current directory's,
+        # which another run, the other pyspark line's of ./test among them, may use at the same time.
+        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="dynsource-tests-warehouse-"))
         # List partition directories in the driver: a Spark job per listing would dominate the suite's time.
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         .config("spark.ui.showConsoleProgress", "false")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.sql.types import NullType, StringType, StructType
 
@@ -66,3 +69,16 @@ def read_by_spark(spark, path, **options):
     options = {"path": str(path), **options, "reader": "spark"}
     schema = DynsourceDataSource(options).table_schema()
     return filereader.read_by_choice(spark, "dynsource", options, ScanOptions.parse(options), schema)
+
+
+@contextlib.contextmanager
+def generating(run_data: Path, name: str) -> Iterator[Path]:
+    """``run_data / name``, made by one process of the run at a time (both pyspark lines of ``./test`` run at
+    once): the first to hold the lock generates what is missing, the other finds it made."""
+    run_data.mkdir(parents=True, exist_ok=True)
+    with open(run_data / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield run_data / name
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

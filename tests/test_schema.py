@@ -32,10 +32,10 @@ def gained_table(root: Path) -> str:
 
 @pytest.fixture
 def table_name(spark, definitions, request):
-    """A name for this test's table, dropped afterwards."""
+    """A name for this test's table, dropped afterwards if the test registered it."""
     name = f"schema_{request.node.name.split('[')[0].removeprefix('test_')}"[:60]
     yield name
-    dynsource.drop_table(spark, name, definitions=definitions)
+    dynsource.drop_table(spark, name, definitions=definitions, if_exists=True)
 
 
 def rows(df):

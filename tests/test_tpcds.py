@@ -16,13 +16,15 @@ import pytest
 import dynsource
 from benchmarks import tpcds
 from dynsource.dpp import dimensions
+from tests.helpers import generating
 
 
 @pytest.fixture(scope="module")
 def tpcds_session(spark, run_data, tmp_path_factory):
-    root, texts = tpcds.generate(0.01, run_data)  # read only: generated once for the run's pyspark lines
+    with generating(run_data, "tpcds") as data:  # read only: generated once for the run's pyspark lines
+        root, texts = tpcds.generate(0.01, data)
+        tables = tpcds.partition_facts(spark, root, {"store_sales": "ss_sold_date_sk"})
     definitions = str(tmp_path_factory.mktemp("tpcds-definitions"))
-    tables = tpcds.partition_facts(spark, root, {"store_sales": "ss_sold_date_sk"})
     for name, path in tables.items():
         if name != "store_sales":
             spark.read.parquet(str(path)).createOrReplaceTempView(name)

@@ -11,6 +11,7 @@ import difflib
 import functools
 import os
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -282,9 +283,20 @@ def session_options(spark: Any, given: Mapping[str, str] | None = None) -> dict[
     taken = {key.lower() for key in given or ()}
     wanted = {option: setting for option, setting in _SESSION_OPTIONS.items() if option.lower() not in taken}
     found = {option: settings.get(spark, setting) for option, setting in wanted.items()}
-    if "timeZone" in found and found["timeZone"] is None:  # unset over Spark Connect: the server's default
-        found["timeZone"] = spark.conf.get(partitions.TIME_ZONE_SETTING)
+    if "timeZone" in found and found["timeZone"] is None:
+        found["timeZone"] = _default_zone(spark)
     return {option: str(value) for option, value in found.items() if value is not None}
+
+
+# A session's zone where it sets none: its JVM's default zone, asked once (over Spark Connect a round trip).
+_default_zones: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _default_zone(spark: Any) -> str:
+    zone = _default_zones.get(spark)
+    if zone is None:
+        zone = _default_zones[spark] = spark.conf.get(partitions.TIME_ZONE_SETTING)
+    return zone
 
 
 def filter_options(handle: str, store: FilterStore) -> dict[str, str]:
