@@ -81,6 +81,38 @@ def test_dataframe_doors_of_a_timestamp_table_equal_spark_in_another_session_zon
         assert rows(read(spark, hourly, timeZone="America/Los_Angeles")) == rows(native)
 
 
+TIMESTAMP_PREDICATES = (
+    "ts >= TIMESTAMP'2024-01-02 00:00:00'",
+    "ts BETWEEN '2024-01-01 22:00:00' AND '2024-01-02 01:30:00'",
+    "ts IN (TIMESTAMP_LTZ'2024-01-01 03:00:00', '2024-01-02 10:00:00') OR ts IS NULL",
+    "ts < '2024-01-01'",  # a date-only string: midnight, as Spark casts it
+)
+
+
+@pytest.mark.parametrize("zone", ["America/Los_Angeles", "Asia/Kolkata"])
+def test_a_partition_filter_on_a_timestamp_column_keeps_what_spark_keeps_in_the_session_zone(spark, hourly, zone):
+    with session_set(spark, {partitions.TIME_ZONE_SETTING: zone}):
+        native = spark.read.parquet(hourly)
+        for predicate in TIMESTAMP_PREDICATES:
+            expected = rows(native.where(predicate).select("ts", "v"))
+            loaded = read(spark, hourly, partitionFilter=predicate, timeZone=zone)
+            assert rows(loaded.select("ts", "v")) == expected, predicate
+            assert dynsource.scan_report(loaded).partitions_kept == len({row.ts for row in expected}), predicate
+            query = dynsource.sql(spark, f"SELECT ts, v FROM hourly_events_py WHERE {predicate}")
+            assert rows(query) == expected, predicate
+            assert "partitionFilter" in str(dynsource.scan_report(query)), predicate
+
+
+def test_a_partition_filter_on_a_timestamp_column_needs_the_zone_and_literals_of_its_type(spark, hourly):
+    with pytest.raises(Exception) as error:
+        read(spark, hourly, partitionFilter="ts > '2024-01-01 12:00:00'").collect()
+    assert "Partition column 'ts' is a TIMESTAMP" in str(error.value) and "'timeZone'" in str(error.value)
+    with pytest.raises(Exception, match=r"Option 'partitionFilter' = .*literal '2024-01-01' is not a timestamp value"):
+        read(spark, hourly, partitionFilter="ts > DATE'2024-01-01'", timeZone="UTC").collect()
+    with pytest.raises(Exception, match=r"cannot be applied: column 'ts': literal 'soon' cannot be converted"):
+        read(spark, hourly, partitionFilter="ts > 'soon'", timeZone="UTC").collect()
+
+
 def test_a_timestamp_partition_read_without_the_session_zone_is_refused_naming_the_option(spark, hourly):
     with session_set(spark, LOS_ANGELES), pytest.raises(Exception) as error:
         read(spark, hourly).collect()  # Spark tells a Python data source no session setting

@@ -17,7 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import detection
-from dynsource.layout.partitionfilter import PartitionFilter
+from dynsource.layout.partitionfilter import SUPPORTED_TYPES, PartitionFilter
 from dynsource.scan.options import ScanOptions
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def partition_filter(scan: detection.FactScan, stored: ScanOptions, column_types
     kept = []
     for text in scan.predicates:
         try:
-            predicate = PartitionFilter.parse(text)
+            predicate = PartitionFilter.parse(text).under(stored.partition_settings)
             predicate.check_types(column_types)
         except ValueError:
             continue  # not one partitionFilter evaluates exactly: Spark applies it to the rows read
@@ -52,8 +52,8 @@ def unpruned(scan: detection.FactScan, name: str, partition_columns: Sequence[st
     if not found:
         return []
     note = (f"{name}: the predicate(s) {', '.join(found)} on its partition columns prune no partition "
-            "(partitionFilter evaluates comparisons, IN, BETWEEN and IS NULL of integral, decimal, string, date and "
-            "boolean columns with literals); the scan reads every partition and Spark filters the rows read")
+            f"(partitionFilter evaluates comparisons, IN, BETWEEN and IS NULL of {SUPPORTED_TYPES} columns with "
+            "literals); the scan reads every partition and Spark filters the rows read")
     log.warning("dynsource: %s.", note)
     return [note]
 

@@ -17,15 +17,19 @@ read only when the whole predicate is true for it, so the scan returns exactly
 Supported: comparisons (``=``, ``<>``, ``!=``, ``<``, ``<=``, ``>``, ``>=``,
 ``<=>``) of a column with a literal, ``[NOT] IN``, ``[NOT] BETWEEN``,
 ``IS [NOT] NULL``, ``NOT``, ``AND``, ``OR`` and parentheses, on partition columns
-of integral, decimal, string, date and boolean type. Anything else is an error
-naming the option, never a silent full read.
+of integral, decimal, string, date, timestamp, timestamp_ntz and boolean type.
+Anything else is an error naming the option, never a silent full read.
+
+A string or ``TIMESTAMP`` literal compared with a timestamp column is a
+wall-clock time in the session's time zone, as Spark casts it: the filter is
+evaluated :meth:`PartitionFilter.under` the scan's :class:`PartitionSettings`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -42,6 +46,11 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
     exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.NullSafeEQ: "<=>",
 }
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}
+_EXACT_TYPES = ("string", "date", "timestamp", "timestamp_ntz", "boolean")
+SUPPORTED_TYPES = "integral, decimal, string, date, timestamp, timestamp_ntz or boolean"
+# sqlglot's names of the typed literals partitionFilter takes (``DATE '...'``, ``TIMESTAMP '...'``...).
+_TYPED_LITERALS = {"date": "date", "timestamptz": "timestamp", "timestampltz": "timestamp_ltz",
+                   "timestampntz": "timestamp_ntz"}
 _KERNELS: dict[str, Callable[[Any, Any], Any]] = {
     "=": pc.equal, "<>": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal,
 }
@@ -49,7 +58,8 @@ _KERNELS: dict[str, Callable[[Any, Any], Any]] = {
 
 @dataclass(frozen=True)
 class Literal:
-    """A literal as written: ``kind`` is "number", "string", "date", "boolean" or "null"."""
+    """A literal as written: ``kind`` is "number", "string", "date", "timestamp" (whose type follows
+    ``spark.sql.timestampType``), "timestamp_ltz", "timestamp_ntz", "boolean" or "null"."""
 
     kind: str
     value: Any
@@ -93,10 +103,11 @@ Predicate = Compare | InList | IsNull | Not | And | Or
 
 @dataclass(frozen=True)
 class PartitionFilter:
-    """A parsed ``partitionFilter``: its text and its top-level conjuncts."""
+    """A parsed ``partitionFilter``: its text, its top-level conjuncts and the settings that type its literals."""
 
     text: str
     conjuncts: tuple[Predicate, ...]
+    settings: partitions.PartitionSettings = field(default=partitions.DEFAULT_SETTINGS, compare=False)
 
     @classmethod
     def parse(cls, text: str) -> PartitionFilter:
@@ -108,6 +119,10 @@ class PartitionFilter:
         predicate = _translate(tree, text)
         conjuncts = predicate.children if isinstance(predicate, And) else (predicate,)
         return cls(text, conjuncts)
+
+    def under(self, settings: partitions.PartitionSettings) -> PartitionFilter:
+        """This filter with its literals typed under ``settings`` (the session time zone types timestamps)."""
+        return replace(self, settings=settings)
 
     def columns(self) -> set[str]:
         """The columns the predicate names, lower-cased (Spark resolves names ignoring case)."""
@@ -121,10 +136,12 @@ class PartitionFilter:
                 raise _error(self.text, f"column '{column}' is not a column of the table: {sorted(column_types)}")
             if not _supported(known[column]):
                 raise _error(self.text, f"column '{column}' is of type {known[column]}; expected a partition column "
-                                        "of integral, decimal, string, date or boolean type")
+                                        f"of {SUPPORTED_TYPES} type")
         for column, literal in _literals(self.conjuncts):
             try:
-                _scalar(literal, known[column.lower()])
+                _scalar(literal, known[column.lower()], self.settings)
+            except partitions.ZoneUnknownError:
+                raise partitions.zone_unknown(column) from None
             except ValueError as error:
                 raise _error(self.text, f"column '{column}': {error}") from None
 
@@ -140,14 +157,14 @@ class PartitionFilter:
             named = {column.lower() for column in level.columns}
             newest = level.columns[-1].lower()
             due = [c for c in self.conjuncts if newest in _lower(_columns(c)) and _lower(_columns(c)) <= named]
-            return _holds(due, level) if due else None  # planning reports a kept value that fails typing
+            return _holds(due, level, self.settings) if due else None  # planning reports a kept value that fails typing
 
         return keep
 
     def holds(self, level: Level) -> list[bool] | None:
         """Whether the whole predicate is true for each candidate of ``level``, whose columns include every one
         it names; None when a value has no image in its column's type."""
-        return _holds(self.conjuncts, level)
+        return _holds(self.conjuncts, level, self.settings)
 
     def check_listing(self, partition_columns: Sequence[str], listed_leaves: bool) -> None:
         """Once listed: every column named must have been a partition column (when leaves were reached)."""
@@ -157,14 +174,14 @@ class PartitionFilter:
                                     f"{list(partition_columns)}")
 
 
-def _holds(conjuncts: Sequence[Predicate], level: Level) -> list[bool] | None:
+def _holds(conjuncts: Sequence[Predicate], level: Level, settings: partitions.PartitionSettings) -> list[bool] | None:
     known = {column.lower(): column for column in level.columns}
     values, types_by_name = {}, {}
     for name in set().union(*(_lower(_columns(c)) for c in conjuncts)):
         types_by_name[name], values[name], failed = level.typed(known[name])
         if pc.any(failed).as_py():
             return None
-    answers = [_evaluate(conjunct, values, types_by_name) for conjunct in conjuncts]
+    answers = [_evaluate(conjunct, values, types_by_name, settings) for conjunct in conjuncts]
     return pc.fill_null(functools.reduce(pc.and_kleene, answers), False).to_pylist()
 
 
@@ -177,7 +194,7 @@ def _lower(columns) -> set[str]:
 
 
 def _supported(type_name: str) -> bool:
-    return type_name in (*types.INTEGRAL, "string", "date", "boolean") or type_name.startswith("decimal")
+    return type_name in (*types.INTEGRAL, *_EXACT_TYPES) or type_name.startswith("decimal")
 
 
 def _columns(predicate: Predicate) -> set[str]:
@@ -253,8 +270,10 @@ def _literal(node: exp.Expression, text: str) -> Literal:
         return Literal("string", node.this) if node.is_string else Literal("number", _number(node.this, text))
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
         return Literal("number", -_number(node.this.this, text))
-    if isinstance(node, exp.Cast) and node.to.is_type("date") and isinstance(node.this, exp.Literal):
-        return Literal("date", node.this.this)
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        kind = _TYPED_LITERALS.get(node.to.this.value.lower())
+        if kind is not None:
+            return Literal(kind, node.this.this)
     raise _error(text, f"'{node.sql('spark')}' is not a literal")
 
 
@@ -265,21 +284,21 @@ def _number(digits: str, text: str) -> Decimal:
         raise _error(text, f"'{digits}' is not a number") from None
 
 
-def _evaluate(predicate: Predicate, values: Mapping[str, pa.Array], column_types: Mapping[str, str]) -> pa.Array:
+def _evaluate(predicate: Predicate, values: Mapping[str, pa.Array], column_types: Mapping[str, str],
+              settings: partitions.PartitionSettings) -> pa.Array:
     """Spark's three-valued answer (true, false or null: unknown) for each directory."""
-    if isinstance(predicate, And):
-        return functools.reduce(pc.and_kleene, [_evaluate(c, values, column_types) for c in predicate.children])
-    if isinstance(predicate, Or):
-        return functools.reduce(pc.or_kleene, [_evaluate(c, values, column_types) for c in predicate.children])
+    if isinstance(predicate, (And, Or)):
+        kernel = pc.and_kleene if isinstance(predicate, And) else pc.or_kleene
+        return functools.reduce(kernel, [_evaluate(c, values, column_types, settings) for c in predicate.children])
     if isinstance(predicate, Not):
-        return pc.invert(_evaluate(predicate.child, values, column_types))
+        return pc.invert(_evaluate(predicate.child, values, column_types, settings))
     column = values[predicate.column.lower()]
     type_name = column_types[predicate.column.lower()]
     if isinstance(predicate, IsNull):
         return pc.is_null(column)
     if isinstance(predicate, InList):
-        return _is_in(column, [_scalar(literal, type_name) for literal in predicate.literals])
-    value = _scalar(predicate.literal, type_name)
+        return _is_in(column, [_scalar(literal, type_name, settings) for literal in predicate.literals])
+    value = _scalar(predicate.literal, type_name, settings)
     if predicate.op == "<=>":
         return pc.is_null(column) if not value.is_valid else pc.fill_null(pc.equal(*_common(column, value)), False)
     return _KERNELS[predicate.op](*_common(column, value))
@@ -303,7 +322,7 @@ def _common(column: pa.Array, value: pa.Scalar) -> tuple[pa.Array, pa.Scalar]:
     return column, value
 
 
-def _scalar(literal: Literal, type_name: str) -> pa.Scalar:
+def _scalar(literal: Literal, type_name: str, settings: partitions.PartitionSettings) -> pa.Scalar:
     """``literal`` as a value of the column's type, as Spark coerces it; a literal of another kind is an error."""
     arrow = types.arrow_type(type_name)
     if literal.kind == "null":
@@ -312,9 +331,12 @@ def _scalar(literal: Literal, type_name: str) -> pa.Scalar:
         return pa.scalar(literal.value, arrow)
     # Spark casts a string literal to the column's type, as it types partition directory names. (A string
     # column compared with a DATE literal is cast to date instead: refused rather than emulated.)
-    if literal.kind == "string" or (literal.kind == "date" and type_name == "date"):
+    if literal.kind == "string" or _literal_type(literal, settings) == type_name:
         try:
-            return partitions.to_arrow([partitions.escape_path_name(literal.value)], type_name)[0]
+            escaped = partitions.escape_path_name(literal.value)
+            return partitions.to_arrow([escaped], type_name, time_zone=settings.time_zone)[0]
+        except partitions.ZoneUnknownError:
+            raise
         except (ValueError, pa.ArrowException):
             raise ValueError(f"literal '{literal.value}' cannot be converted to {type_name}") from None
     if literal.kind == "boolean" and type_name == "boolean":
@@ -325,3 +347,10 @@ def _scalar(literal: Literal, type_name: str) -> pa.Scalar:
         exponent = literal.value.as_tuple().exponent
         return pa.scalar(literal.value, pa.decimal128(38, max(0, -exponent) if isinstance(exponent, int) else 0))
     raise ValueError(f"literal {literal.value!r} is not a {type_name} value")
+
+
+def _literal_type(literal: Literal, settings: partitions.PartitionSettings) -> str:
+    """The Spark type of a typed literal (``TIMESTAMP '...'`` is of the session's ``spark.sql.timestampType``)."""
+    if literal.kind == "timestamp":
+        return settings.timestamp_type()
+    return "timestamp" if literal.kind == "timestamp_ltz" else literal.kind

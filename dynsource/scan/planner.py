@@ -175,7 +175,7 @@ class ScanPlanner:
 
     def _plan(self, started: float) -> PlannedScan:
         options, schema = self.options, self.schema
-        partition_filter = options.partition_filter
+        partition_filter = options.partition_filter and options.partition_filter.under(options.partition_settings)
         if partition_filter is not None:
             partition_filter.check_types(self.column_types)
         fs, walk = self.walk

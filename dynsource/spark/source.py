@@ -134,8 +134,10 @@ class DynsourceDataSource(DataSource):
         only partitions for which it is true are listed further and read, so the
         scan returns ``spark.read.parquet(path).where(predicate)``. Comparisons,
         ``<=>``, ``[NOT] IN``, ``[NOT] BETWEEN``, ``IS [NOT] NULL``, ``NOT``, ``AND``
-        and ``OR`` of integral, decimal, string, date and boolean partition
-        columns with literals; anything else is an error.
+        and ``OR`` of integral, decimal, string, date, timestamp, timestamp_ntz
+        and boolean partition columns with literals (a string or ``TIMESTAMP``
+        literal is a wall-clock time in option ``timeZone``, as Spark casts it
+        in the session time zone); anything else is an error.
     maxPartitionBytes : str, default "134217728" (128 MB)
         Most bytes packed into one Spark partition (``spark.sql.files.maxPartitionBytes``); ``"128m"`` works.
     openCostInBytes : str, default "4194304" (4 MB)

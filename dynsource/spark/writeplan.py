@@ -97,7 +97,7 @@ class WriteTarget:
         if self.replace_within is None:
             return _data_files(fs, root, [""])
         types = dict(zip(self.partition_columns, self.column_types, strict=True))
-        listing = DynamicPartitionEnumerator(PartitionEnumerator(fs, root), types,
+        listing = DynamicPartitionEnumerator(PartitionEnumerator(fs, root), types, settings=self.settings,
                                              static_filter=self.replace_within.level_filter()).enumerate()
         return [f.path[len(root.rstrip("/")) + 1:] for f in listing.files]
 
@@ -153,9 +153,9 @@ def plan_write(options: ScanOptions, schema: StructType, overwrite: bool = False
 def _replace_within(options: ScanOptions, columns: Sequence[str],
                     column_types: Sequence[str]) -> PartitionFilter | None:
     """An overwrite's ``partitionFilter``, checked: it names partition columns of the write only."""
-    partition_filter = options.partition_filter
-    if partition_filter is None:
+    if options.partition_filter is None:
         return None
+    partition_filter = options.partition_filter.under(options.partition_settings)
     if not columns:
         raise ValueError(f"Option 'partitionFilter' = {partition_filter.text!r} on an overwrite names the partitions "
                          f"it replaces, but table '{options.path}' has no partition columns.")
