@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from dynsource.filtering.handles import expire, publish, resolve
     from dynsource.scan.report import ScanReport
     from dynsource.spark.catalog import drop_table, register_table, register_tables, table
+    from dynsource.spark.dynamicfiltering import SupportsDynamicFiltering, dynamic_filter
     from dynsource.spark.source import DynsourceDataSource
     from dynsource.spark.tablewrites import vacuum, write
 
@@ -42,9 +43,11 @@ _PUBLIC = {
     "DynsourceDataSource": "dynsource.spark.source",
     "QueryReport": "dynsource.dpp.queryreport",
     "ScanReport": "dynsource.scan.report",
+    "SupportsDynamicFiltering": "dynsource.spark.dynamicfiltering",
     "collect": "dynsource.filtering.collector",
     "collect_data": "dynsource.filtering.collector",
     "drop_table": "dynsource.spark.catalog",
+    "dynamic_filter": "dynsource.spark.dynamicfiltering",
     "dynamic_join": "dynsource.dpp.join",
     "expire": "dynsource.filtering.handles",
     "explain_sql": "dynsource.dpp.query",
@@ -65,10 +68,12 @@ __all__ = [
     "DynsourceDataSource",
     "QueryReport",
     "ScanReport",
+    "SupportsDynamicFiltering",
     "__version__",
     "collect",
     "collect_data",
     "drop_table",
+    "dynamic_filter",
     "dynamic_join",
     "expire",
     "explain_sql",

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 import dynsource
 from dynsource import filtering
-from dynsource.scan import options
+from dynsource.scan import options, resolution
 
 
 def run_examples(obj, globs) -> None:
@@ -22,20 +22,37 @@ def run_examples(obj, globs) -> None:
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+OWN_SOURCE = README.parent / "docs" / "own-source.md"
+
+
+def run_blocks(document: Path, namespace: dict) -> None:
+    """The document's Python blocks, one after the other in ``namespace``."""
+    blocks = re.findall(r"```python\n(.*?)```", document.read_text(), re.DOTALL)
+    assert len(blocks) >= 2
+    for index, block in enumerate(blocks):
+        exec(compile(block, f"{document.name}, python block {index + 1}", "exec"), namespace)
 
 
 def test_every_readme_snippet_runs_as_written_in_order(spark, tmp_path, monkeypatch):
     """The README's Python blocks, one after the other in one namespace, from an empty directory: what a newcomer
     pasting them meets (the quickstart writes the demo's tables there)."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    assert len(blocks) >= 2
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
     try:
-        for index, block in enumerate(blocks):
-            exec(compile(block, f"README.md, python block {index + 1}", "exec"), namespace)
+        run_blocks(README, {})
     finally:
         dynsource.drop_table(spark, "store_sales")
+
+
+def test_the_own_source_example_runs_as_written_in_order(spark, tmp_path, monkeypatch):
+    """docs/own-source.md's source, defined as written, takes the filter its example collects; its options table
+    names every option dynamic_filter reads."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    run_blocks(OWN_SOURCE, namespace)
+    assert (namespace["orders"].count(), namespace["joined"].count()) == (40, 40)
+    assert namespace["everything"].load().count() == 1000
+    text = OWN_SOURCE.read_text()
+    assert all(f"`{name}`" in text for name in resolution.OPTION_NAMES)
 
 
 def test_data_source_docstring_example_runs(spark):

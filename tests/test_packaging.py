@@ -44,7 +44,7 @@ def test_the_wheel_metadata_names_the_license_version_and_bounded_pyspark(wheel)
 # What Spark's Python workers load: the layers under spark/, and of spark/ what reads and writes.
 WORKER_LAYERS = ("dynsource.runtime", "dynsource.filtering", "dynsource.layout", "dynsource.scan")
 WORKER_SPARK = {"dynsource.spark", "dynsource.spark.source", "dynsource.spark.tablesource", "dynsource.spark.writer",
-                "dynsource.spark.writeplan"}
+                "dynsource.spark.writeplan", "dynsource.spark.dynamicfiltering"}
 ROOT_MODULES = {"dynsource", *(f"dynsource.{path.stem}" for path in (ROOT / "dynsource").glob("*.py"))} - {
     "dynsource.__init__", "dynsource.cli", "dynsource.demo", "dynsource.explain"}
 

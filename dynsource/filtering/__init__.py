@@ -19,6 +19,10 @@ pruning too much loses rows, so every doubtful case keeps the candidate.
 The filter travels between processes as versioned, checksummed bytes (a JSON
 header and an Arrow IPC or bit-array body, never pickle), see :meth:`~DynamicFilteringData.to_bytes`.
 
+A data source that pushes the filter into its own backend sees it one field at a time
+(:meth:`DynamicFilteringData.field_filter`, ``fieldview``): the exact keys, a range's bounds, a Bloom filter's
+probe, or nothing.
+
 Beside the payload: the filter store that publishes it under a handle (``filterstore``), the handles API
 (``handles``) and the collector that makes it from a Spark DataFrame (``collector``, driver only).
 

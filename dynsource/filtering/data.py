@@ -9,7 +9,7 @@ import pyarrow as pa
 from pybloom_live import BloomFilter
 
 from dynsource import types
-from dynsource.filtering import bloomkeys, bounds, compare, conjunction, exact, keyrows, wire
+from dynsource.filtering import bloomkeys, bounds, compare, conjunction, exact, fieldview, keyrows, wire
 
 
 class DynamicFilteringData:
@@ -18,7 +18,9 @@ class DynamicFilteringData:
     The constructor builds ``"exact"`` data from rows; :meth:`from_table`
     builds any kind from an Arrow table, :meth:`from_bloom` and
     :meth:`from_bounds` wrap a Bloom filter or per-field bounds computed
-    elsewhere (the collector builds both inside Spark).
+    elsewhere (the collector builds both inside Spark). :meth:`unfiltered` is
+    data that filters nothing; :meth:`field_filter` is the view of one field a
+    data source pushes into its backend.
 
     Parameters
     ----------
@@ -198,6 +200,23 @@ class DynamicFilteringData:
         if len(filtering) < 2:
             return parts[0] if not filtering else cls._of(filtering[0])
         return cls._of(conjunction.AllKeys(filtering))
+
+    @classmethod
+    def unfiltered(cls) -> DynamicFilteringData:
+        """Data of no field that filters nothing (``is_filtering`` false, ``exceed_threshold`` true): what a
+        reader gets where no filter was named or the one named cannot be trusted. It cannot be published."""
+        return cls._of(exact.ExactKeys((), keyrows.empty_table(()), False), exceed_threshold=True)
+
+    def field_filter(self, name: str) -> fieldview.FieldFilter:
+        """What this filter says of field ``name`` (ignoring case), for a source pushing it into its backend.
+
+        The view's ``kind`` is ``"exact"`` (``values``: the keys, as an Arrow array; ``to_pylist()``),
+        ``"range"`` (``min``, ``max``), ``"bloom"`` (a single-field Bloom filter: ``contains(value)``,
+        ``mask(values)``) or ``"none"`` (it filters nothing: non-filtering data, a field it does not have, a
+        Bloom filter over several fields, NaN bounds); ``contains`` and ``mask`` answer for every kind. A field's
+        view keeps every row the whole filter keeps (see :mod:`dynsource.filtering.fieldview`).
+        """
+        return fieldview.field_filter(self, name)
 
     @property
     def parts(self) -> tuple[DynamicFilteringData, ...]:
@@ -380,6 +399,10 @@ class DynamicFilteringData:
 
     def to_bytes(self) -> bytes:
         """The payload as versioned, checksummed bytes (the format is :mod:`dynsource.filtering.wire`'s)."""
+        if not self.fields:
+            raise ValueError("Filter data of no field (DynamicFilteringData.unfiltered()) cannot be published; "
+                             "publish DynamicFilteringData(fields, exceed_threshold=True) to say a filter filters "
+                             "nothing.")
         return wire.encode_keys(self._keys, self.exceed_threshold)
 
     @classmethod

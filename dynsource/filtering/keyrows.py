@@ -176,6 +176,8 @@ def normalize_float(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chunked
 
 
 def distinct(table: pa.Table) -> pa.Table:
+    if table.num_columns == 0:
+        return table  # grouping by no column would make one row out of none
     # use_threads=False keeps first-seen order, so the same rows always give the same bytes.
     return table.group_by(table.column_names, use_threads=False).aggregate([])
 

@@ -37,12 +37,12 @@ import fsspec
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from dynsource.filtering import DynamicFilteringData, filterstore
+from dynsource.filtering import DynamicFilteringData
 from dynsource.layout import directories
 from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.layout.listing import Listing
 from dynsource.runtime.lru import LruMap
-from dynsource.scan import files, latechecks, report, rowfilter, splits, taskfigures
+from dynsource.scan import files, latechecks, report, resolution, rowfilter, splits, taskfigures
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import Reader
 from dynsource.scan.rowfilter import RowFilterSpec
@@ -50,8 +50,6 @@ from dynsource.scan.tableschema import read_column_types, table_walk
 from dynsource.types import normalize_type
 
 log = logging.getLogger(__name__)
-# What turns an exceeded filter (no key, prunes nothing) into one that prunes: the collector's own arguments.
-_EXCEEDED_FIX = "collect it with a larger max_rows or max_bytes, or with kinds that allow 'bloom' or 'range'"
 # The tables (registered names or paths) this worker process has said were read whole: once per table is enough.
 _warned_whole: set[str] = set()
 KEPT_PLANS = 64
@@ -120,24 +118,13 @@ class ScanPlanner:
         return table_walk(self.options)
 
     def resolve_filter(self) -> tuple[DynamicFilteringData | None, str | None]:
-        """The filter to apply, or None and why it cannot be used (under ``dynamicFilterOnError=fallback``)."""
+        """The filter to apply, or None and why it cannot be used (under ``dynamicFilterOnError=fallback``): resolved
+        by the rules of every source's :func:`dynsource.dynamic_filter` (:mod:`dynsource.scan.resolution`)."""
         options = self.options
-        if not options.dynamic_filter or not options.dynamic_filtering_enabled:
-            return None, None
-        try:
-            data = options.filter_store.resolve(options.dynamic_filter, options.dynamic_filter_wait_ms)
-            if data.exceed_threshold:
-                log.warning("dynsource: dynamic filter '%s' exceeded the collector's threshold and holds no key, so "
-                            "the scan of %s reads every partition%s; to prune, %s.", options.dynamic_filter,
-                            options.path, " its partitionFilter keeps" if options.partition_filter else "",
-                            _EXCEEDED_FIX)
-            return data, None
-        except (LookupError, ValueError, OSError, filterstore.FilterFailedError) as error:
-            if options.dynamic_filter_on_error == "fail":
-                raise
-            log.warning("dynsource: dynamic filter '%s' is not usable, reading every partition: %s",
-                        options.dynamic_filter, error)
-            return None, str(error)
+        kept = " its partitionFilter keeps" if options.partition_filter else ""
+        return resolution.resolve(resolution.FilterOptions.of_scan(options),
+                                  unfiltered=f"the scan of {options.path} reads every partition{kept}",
+                                  reading="reading every partition")
 
     def plan(self) -> PlannedScan:
         """Enumerate, pruning with ``partitionFilter`` and the dynamic filter if any; type the kept partitions.
@@ -210,7 +197,7 @@ class ScanPlanner:
         if self._dynamic:
             reason = unusable or listing.filter_set_aside
             if data is not None and not data.is_filtering:
-                reason = f"the filter exceeded the collector's threshold: {_EXCEEDED_FIX}"
+                reason = f"the filter exceeded the collector's threshold: {resolution.EXCEEDED_FIX}"
         return PlannedScan(options, schema, scan_id, listing, read_columns, values, data, applied, reason,
                            row_filter, rows_reason, wait_ms, started)
 

@@ -8,8 +8,9 @@ from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType
 
+from dynsource import types
 from dynsource.runtime import logs
 from dynsource.scan import files, rowfilter, taskfigures
 from dynsource.scan.options import ScanOptions
@@ -17,6 +18,7 @@ from dynsource.scan.origin import Reader
 from dynsource.scan.planner import plan_scan
 from dynsource.scan.splits import SplitGroup
 from dynsource.scan.tableschema import infer_schema
+from dynsource.spark.dynamicfiltering import SupportsDynamicFiltering
 from dynsource.spark.writeplan import plan_write
 from dynsource.spark.writer import DynsourceWriter
 from dynsource.types import read_arrow_schema
@@ -40,7 +42,7 @@ def said_plainly(method: _Method) -> _Method:
     return plainly  # type: ignore[return-value]
 
 
-class DynsourceDataSource(DataSource):
+class DynsourceDataSource(SupportsDynamicFiltering, DataSource):
     """Hive-partitioned Parquet/ORC/CSV/JSON tables, pruned at run time by a dynamic filter.
 
     The schema is the data columns of the first data file (of every file with
@@ -51,7 +53,9 @@ class DynsourceDataSource(DataSource):
     are listed, planned and read; a filter that cannot be trusted (exceeded,
     missing, unreadable) reads every partition and logs a WARNING.
 
-    Filter fields may also be data columns (any column of the read schema). The
+    Filter fields may also be data columns (any column of the read schema;
+    :meth:`accepted_filter_fields` of :class:`dynsource.SupportsDynamicFiltering`
+    names the partition columns and the data columns of atomic types). The
     read tasks then skip the Parquet row groups whose statistics hold no key and,
     up to ``rowFilterMaxKeys`` keys, drop the rows no key matches. Passing
     ``dynamicFilter`` declares that the scan feeds an inner or semi join with the
@@ -282,6 +286,11 @@ class DynsourceDataSource(DataSource):
         """The schema :meth:`schema` gives Spark, worked out without setting up a worker's logging."""
         return infer_schema(self.scan_options)
 
+    def accepted_filter_fields(self) -> list[str]:
+        """The partition columns, whose values prune directories, and the data columns of atomic types, by which
+        read tasks skip Parquet row groups and drop rows (a nested column cannot be compared with a key)."""
+        return [field.name for field in self.schema().fields if _atomic(field.dataType)]
+
     @said_plainly
     def writer(self, schema: StructType, overwrite: bool) -> DynsourceWriter:
         """Spark's writes into the table (``save``, ``INSERT INTO`` / ``INSERT OVERWRITE`` of a registered table):
@@ -290,6 +299,14 @@ class DynsourceDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DynsourceReader:
         return DynsourceReader(self.scan_options, schema, self.task_figures, self.log_level, self.scan_reader)
+
+
+def _atomic(data_type: DataType) -> bool:
+    try:
+        types.normalize_type(data_type.simpleString())
+    except ValueError:
+        return False
+    return True
 
 
 class DynsourceReader(DataSourceReader):
