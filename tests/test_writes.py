@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from decimal import Decimal
 
@@ -277,6 +278,36 @@ def test_registered_table_takes_insert_into_overwrite_and_write_to(spark, tmp_pa
     finally:
         spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
         dynsource.drop_table(spark, "daily_sales", definitions=definitions)
+
+
+@pytest.mark.parametrize("create", [
+    lambda df, name, path: df.write.format("dynsource").option("path", path).option(
+        "partitionColumns", PARTITIONED).saveAsTable(name),
+    lambda df, name, path: df.writeTo(name).using("dynsource").option("path", path).option(
+        "partitionColumns", PARTITIONED).create(),
+], ids=["saveAsTable", "writeTo-create"])
+def test_a_catalog_table_spark_made_at_a_path_is_an_error_naming_register_table_at_that_path(
+        spark, tmp_path, definitions, create):
+    # Spark gives the source of saveAsTable the options and calls of save(): the files are written, and the catalog
+    # records a table of provider 'dynsource' at the path, which Spark then reads with no option at all.
+    path, name = str(tmp_path / "saved table"), "saved_as_table"
+    try:
+        create(sales(spark, range(3)), name, path)
+        call = re.escape(f"dynsource.register_table(spark, 'default.{name}', path='{path}', replace=True)")
+        for door in (lambda: dynsource.table(spark, name), lambda: dynsource.sql(spark, f"SELECT * FROM {name}"),
+                     lambda: dynsource.write(sales(spark, range(1)), name)):
+            with pytest.raises(ValueError, match=rf"^Table 'default.{name}' is a catalog table of data source "
+                                                 rf"'dynsource' at '{re.escape(path)}'.*{call}"):
+                door()
+        with pytest.raises(Exception, match=r"Option 'path' is required.*saveAsTable"):
+            spark.table(name).collect()
+        dynsource.register_table(spark, name, path=path, definitions=definitions, replace=True)
+        expected = rows(spark.read.parquet(path))
+        assert len(expected) == 12
+        assert rows(spark.table(name)) == rows(dynsource.table(spark, name)) == expected
+        assert rows(dynsource.sql(spark, f"SELECT * FROM {name}")) == expected
+    finally:
+        dynsource.drop_table(spark, name, definitions=definitions, if_exists=True)
 
 
 @pytest.mark.parametrize(("options", "message"), [

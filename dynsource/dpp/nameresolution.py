@@ -178,6 +178,8 @@ class Resolver(ConnectNames):
         qualified = f"{database}.{name}"
         try:
             definition = catalog.load_definition(self.spark, qualified)
+        except catalog.UnregisteredCatalogTable:
+            raise  # Spark would fail to read it, on a message that cannot name the table
         except ValueError:
             return None
         return definition if metastore.provider(self.spark, qualified) == catalog.SOURCE_PREFIX + qualified else None

@@ -46,7 +46,9 @@ _REGISTER = (
     "--path URL` instead: Spark drops the OPTIONS of CREATE TABLE ... USING for Python data sources"
 )
 _PATH_REQUIRED = (
-    f"Option 'path' is required: the fsspec URL or local path of the table directory. For a catalog table, {_REGISTER}."
+    "Option 'path' is required: the fsspec URL or local path of the table directory. For a catalog table (of "
+    "CREATE TABLE ... USING dynsource, or of df.write.format('dynsource').saveAsTable(...), which Spark reads "
+    f"without the path it recorded), {_REGISTER}."
 )
 # What Spark hands a Python data source for CREATE TABLE ... USING dynsource: its catalog properties, not the OPTIONS.
 _TABLE_PROPERTIES = {"location", "owner", "provider", "comment", "external", "is_managed_location"}

@@ -6,9 +6,11 @@ table is registered (in the driver); planning a scan is :mod:`dynsource.scan.pla
 
 Merging follows Spark's ``mergeSchema``: each file's schema is typed as Spark types it first (so
 ``timestamp[ms]`` and ``timestamp[us]`` are one type), then pyarrow's ``unify_schemas`` makes the union; columns
-of the same name with two types are an error, as Spark's ``CANNOT_MERGE_SCHEMAS``. A declared schema
+of the same name with two types are an error, as Spark's ``CANNOT_MERGE_SCHEMAS``. A JSON file's fields are
+sorted by name, nested ones too, as Spark's JSON schema inference sorts them. A declared schema
 (``register_table(..., schema=...)``) is checked against what the walk found in the files, naming the first
-column that does not fit.
+column that does not fit, and completed with the partition columns it leaves out, as ``spark.read.schema``
+completes it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,26 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
-from pyspark.sql.types import DataType, NullType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from dynsource import partitions, storage
 from dynsource.layout.enumerator import PartitionEnumerator
@@ -34,6 +55,16 @@ from dynsource.types import arrow_type, normalize_type, read_arrow_schema, spark
 log = logging.getLogger(__name__)
 _said_walked: set[str] = set()  # the remote tables whose whole walk for a schema this process has said
 _FOOTER_THREADS = 16  # footers of an object store are one request each: read them side by side
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)  # narrowest first
+# Conversions of a stored type to a declared one that Spark's reader of the format makes and dynsource's Python
+# reader (a pyarrow cast) makes alike, beyond the widenings of every format (see _spark_reads): the Parquet reader
+# reads bytes as strings, dates as TIMESTAMP_NTZ and either timestamp as the other; the ORC reader reads a
+# timestamp without a zone (which pyarrow gives for ORC's TIMESTAMP) as TIMESTAMP.
+_FORMAT_CONVERSIONS = {
+    "parquet": {(BinaryType, StringType), (DateType, TimestampNTZType), (TimestampType, TimestampNTZType),
+                (TimestampNTZType, TimestampType)},
+    "orc": {(TimestampNTZType, TimestampType)},
+}
 
 
 def merged_schema(paths: Sequence[str], fs: pafs.FileSystem, format_name: str) -> StructType:
@@ -103,13 +134,14 @@ def declared_schema(spark: SparkSession, schema: StructType | str) -> StructType
 
 def check_declared(
     schema: StructType, listing: Listing, stored: StructType | None, stored_in: str, *, merged: bool,
-    time_zone: str | None,
+    time_zone: str | None, format_name: str,
 ) -> None:
     """Check ``schema`` against a walk of the table and the data columns ``stored`` (None: no file was read).
 
     ``listing`` gives the partition columns and, in its first partition, values to
     type; ``stored_in`` says where ``stored`` comes from, for the messages, and
-    ``merged`` whether it is every file's columns (``mergeSchema``) or one file's.
+    ``merged`` whether it is every file's columns (``mergeSchema``) or one file's;
+    the files are of format ``format_name``.
 
     Raises
     ------
@@ -134,7 +166,7 @@ def check_declared(
                    "file's columns are then read.")
             )
         else:
-            _check_readable(field, target, stored_types[field.name], stored_in)
+            _check_readable(field, target, stored_types[field.name], stored_in, format_name)
 
 
 def _arrow_type(field: StructField) -> pa.DataType:
@@ -153,15 +185,64 @@ def _check_partition_column(field: StructField, raw: str | None, time_zone: str 
         raise ValueError(f"Partition column '{field.name}' of the declared schema: {error}") from None
 
 
-def _check_readable(field: StructField, target: pa.DataType, stored: DataType, stored_in: str) -> None:
-    # The reader casts each file's column to the declared type: a cast pyarrow does not have cannot be read.
+def _check_readable(field: StructField, target: pa.DataType, stored: DataType, stored_in: str,
+                    format_name: str) -> None:
+    declared = field.dataType.simpleString()
+    if format_name in _FORMAT_CONVERSIONS:  # typed files: Spark's reader converts the stored type, or fails
+        if not _spark_reads(stored, field.dataType, format_name):
+            raise ValueError(
+                f"Column '{field.name}' of the declared schema is {declared}, but it is stored as "
+                f"{stored.simpleString()} in {stored_in}, which cannot be read as {declared}: Spark's {format_name} "
+                f"reader fails on it, or reads other values than those stored. Declare it {stored.simpleString()} "
+                "(or a type Spark widens it to: a wider integer, decimal or floating-point type)."
+            )
+        return
+    # CSV and JSON are text that Spark parses as the declared type; the Python reader casts what pyarrow parsed,
+    # and a cast pyarrow does not have cannot be read.
     try:
         pa.array([], _arrow_type(StructField(field.name, stored))).cast(target)
     except pa.ArrowNotImplementedError:
         raise ValueError(
-            f"Column '{field.name}' of the declared schema is {field.dataType.simpleString()}, but it is stored as "
-            f"{stored.simpleString()} in {stored_in}, which cannot be read as {field.dataType.simpleString()}."
+            f"Column '{field.name}' of the declared schema is {declared}, but it is stored as "
+            f"{stored.simpleString()} in {stored_in}, which cannot be read as {declared}."
         ) from None
+
+
+def _spark_reads(stored: DataType, declared: DataType, format_name: str) -> bool:
+    """Whether Spark's reader of ``format_name`` reads a column stored as ``stored`` as ``declared`` with the values
+    dynsource's Python reader gives. Spark's widenings: integers to wider integers, to DOUBLE up to INT, to a decimal
+    with room for their digits; FLOAT to DOUBLE; a decimal to one of no fewer integer and fraction digits; STRING to
+    BINARY. Spark reads more (a DATE's days as an INT, a decimal's bytes as BINARY): other values than the Python
+    reader's, so those are refused too."""
+    if stored == declared or isinstance(stored, NullType):
+        return True
+    if isinstance(stored, StructType) and isinstance(declared, StructType):
+        fields = {f.name: f.dataType for f in stored.fields}
+        return all(f.name in fields and _spark_reads(fields[f.name], f.dataType, format_name) for f in declared.fields)
+    if isinstance(stored, ArrayType) and isinstance(declared, ArrayType):
+        return _spark_reads(stored.elementType, declared.elementType, format_name)
+    if isinstance(stored, MapType) and isinstance(declared, MapType):
+        return _spark_reads(stored.keyType, declared.keyType, format_name) and _spark_reads(
+            stored.valueType, declared.valueType, format_name)
+    return _widens(stored, declared) or (type(stored), type(declared)) in _FORMAT_CONVERSIONS[format_name]
+
+
+def _widens(stored: DataType, declared: DataType) -> bool:
+    if isinstance(stored, _INTEGRAL):
+        if isinstance(declared, _INTEGRAL):
+            return _width(stored) <= _width(declared)
+        if isinstance(declared, DecimalType):  # room for every value: 10 digits up to INT, 20 for a BIGINT
+            return declared.precision - declared.scale >= (20 if isinstance(stored, LongType) else 10)
+        return isinstance(declared, DoubleType) and not isinstance(stored, LongType)
+    if isinstance(stored, DecimalType) and isinstance(declared, DecimalType):
+        return declared.scale >= stored.scale and \
+            declared.precision - declared.scale >= stored.precision - stored.scale
+    return (isinstance(stored, FloatType) and isinstance(declared, DoubleType)) or (
+        isinstance(stored, StringType) and isinstance(declared, BinaryType))
+
+
+def _width(integral: DataType) -> int:
+    return next(index for index, kind in enumerate(_INTEGRAL) if isinstance(integral, kind))
 
 
 def table_walk(options: ScanOptions) -> tuple[Any, PartitionEnumerator]:
@@ -206,9 +287,12 @@ def table_schema(listing: Listing, fs: Any, options: ScanOptions) -> StructType:
     return StructType([StructField(f.name, f.dataType, nullable=True) for f in fields])
 
 
-def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
-    """Check a declared schema against the table: the walk down its first branch and that branch's first file;
-    with ``mergeSchema``, the whole walk and every file (see :func:`check_declared`)."""
+def fit_declared_schema(schema: StructType, options: ScanOptions) -> StructType:
+    """A declared schema checked against the table (the walk down its first branch and that branch's first file;
+    with ``mergeSchema``, the whole walk and every file: see :func:`check_declared`), in the columns
+    ``spark.read.schema(schema)`` reads the table's directory with: its data columns in the declared order, then
+    every partition column in the directories' order, of its declared type, else as ``partitionColumns`` declares
+    it, else inferred from every partition directory."""
     fs, walk = table_walk(options)
     listing = walk.enumerate() if options.merge_schema else walk.enumerate(first_branch)
     paths = [f.path for f in listing.files][: None if options.merge_schema else 1]
@@ -216,7 +300,14 @@ def check_declared_schema(schema: StructType, options: ScanOptions) -> None:
     one_file = paths and not options.merge_schema
     stored_in = f"data file '{paths[0]}'" if one_file else f"the data files of '{options.path}'"
     check_declared(schema, listing, stored, stored_in, merged=options.merge_schema,
-                           time_zone=options.time_zone)
+                   time_zone=options.time_zone, format_name=options.format)
+    declared = {f.name: f for f in schema.fields}
+    if not options.merge_schema and set(listing.columns) - set(declared) - set(options.declared_types):
+        listing = walk.enumerate()  # a column left out is typed by every directory's value, as Spark infers it
+    partition_fields = [declared.get(column, inferred)
+                        for column, inferred in zip(listing.columns, _partition_fields(listing, options), strict=True)]
+    data_fields = [f for f in schema.fields if f.name not in listing.columns]
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in data_fields + partition_fields])
 
 
 def first_branch(level: Level) -> list[bool]:
@@ -228,8 +319,26 @@ def _stored_schema(paths: list[str], fs: Any, options: ScanOptions) -> StructTyp
     """The data columns of the files ``paths``: the first one's, or with ``mergeSchema`` the union of them all."""
     arrow_fs = files.arrow_filesystem(fs)
     if options.merge_schema:
-        return merged_schema(paths, arrow_fs, options.format)
-    return spark_schema(files.file_schema(paths[0], arrow_fs, options.format))
+        stored = merged_schema(paths, arrow_fs, options.format)
+    else:
+        stored = spark_schema(files.file_schema(paths[0], arrow_fs, options.format))
+    return _by_name(stored) if options.format == "json" else stored
+
+
+def _by_name(struct: StructType) -> StructType:
+    """``struct`` with its fields, nested ones too, sorted by name, as Spark infers a JSON file's."""
+    return StructType([StructField(f.name, _nested_by_name(f.dataType), f.nullable, f.metadata)
+                       for f in sorted(struct.fields, key=lambda f: f.name)])
+
+
+def _nested_by_name(data_type: DataType) -> DataType:
+    if isinstance(data_type, StructType):
+        return _by_name(data_type)
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nested_by_name(data_type.elementType), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(data_type.keyType, _nested_by_name(data_type.valueType), data_type.valueContainsNull)
+    return data_type
 
 
 def _partition_fields(listing: Listing, options: ScanOptions) -> list[StructField]:

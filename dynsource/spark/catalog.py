@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import fsspec
 from pyspark.sql import DataFrame, SparkSession
@@ -33,8 +34,7 @@ from dynsource.filtering.filterstore import FilterStore
 from dynsource.runtime.lru import LruMap
 from dynsource.scan import tableschema, taskfigures
 from dynsource.scan.options import OPTION_NAMES, session_options
-from dynsource.scan.tableschema import check_declared_schema
-from dynsource.spark import filereader
+from dynsource.spark import filereader, metastore
 from dynsource.spark.metastore import in_catalog
 from dynsource.spark.source import DynsourceDataSource
 from dynsource.spark.tablesource import (
@@ -57,6 +57,11 @@ _changes = itertools.count(1)
 changes = 0  # registrations and drops by this process, counted: a name resolved before one may mean another table
 # Definitions as read in a session (its settings typing partition values), by definition and settings.
 _in_session: LruMap[tuple[TableDefinition, TableDefinition]] = LruMap(256)
+
+
+class UnregisteredCatalogTable(TableDefinitionError):
+    """A catalog table of the plain ``dynsource`` source (``saveAsTable``, ``CREATE TABLE ... USING dynsource``):
+    Spark reads it with no option at all, so no door can; the message names the registration to make."""
 
 
 def _changed() -> None:
@@ -93,13 +98,16 @@ def register_table(
         The table directory, as the ``path`` option of ``DynsourceDataSource``.
     schema : StructType or str, optional
         The declared schema instead of an inferred one, as ``spark.read.schema``
-        takes it (``"v INT, name STRING, day INT"``), partition columns included:
-        their declared types type the partition values. Stored as given, every
-        column nullable (as Spark's file sources make it). It is checked against
-        the first partition directory and its first file (every file with
-        ``mergeSchema``): a column that is neither a partition column nor stored
-        there, or whose type cannot hold the partition value or be read from the
-        file, is an error naming it.
+        takes it (``"v INT, name STRING, day INT"``): declared partition columns'
+        types type the partition values. Stored as ``spark.read.schema(schema)``
+        reads the directory, every column nullable: the declared data columns in
+        their order, then every partition column in the directories' order (one
+        left out typed as ``partitionColumns`` declares it, else inferred). It is
+        checked against the first partition directory and its first file (every
+        file with ``mergeSchema``): a column that is neither a partition column
+        nor stored there, or whose type cannot hold the partition value, or that
+        Spark's Parquet or ORC reader does not read as the declared type (it
+        widens, as INT to BIGINT, DOUBLE or DECIMAL(10,0)), is an error naming it.
     definitions : str, optional
         fsspec directory for the definition; default ``$DYNSOURCE_DEFINITIONS``,
         else ``<spark.sql.warehouse.dir>/_dynsource``.
@@ -139,8 +147,7 @@ def register_table(
     if schema is None:  # inferred in the driver as a Python worker would, leaving the driver's logging as it is
         schema = reader.table_schema()
     else:
-        schema = tableschema.declared_schema(spark, schema)
-        check_declared_schema(schema, reader.scan_options)
+        schema = tableschema.fit_declared_schema(tableschema.declared_schema(spark, schema), reader.scan_options)
     if exists:  # only now: a path whose schema cannot be inferred leaves the old table standing
         spark.sql(f"DROP TABLE {table}")
     definition = TableDefinition(table, stored, schema)
@@ -226,15 +233,38 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     TableDefinitionError
         The table is not in Spark's catalog, or it has no definition, or that cannot
         be read; the message names the table and the location.
+    UnregisteredCatalogTable
+        The table is a catalog table of the ``dynsource`` source itself, which Spark made
+        (``saveAsTable``...); the message names the ``register_table`` call that makes it readable.
     """
     table = qualified_name(spark, name)
     try:
         return in_session(spark, read_definition(table, _location_of(spark, table, definitions)))
     except TableDefinitionError:
-        if spark.catalog.tableExists(table):
+        recorded = metastore.provider(spark, table)
+        if recorded is not None and recorded.lower() == DynsourceDataSource.name():
+            raise _unregistered(spark, table) from None
+        if recorded is not None or spark.catalog.tableExists(table):
             raise
         raise TableDefinitionError(f"Table '{table}' is not registered: register it first with "
                                    f"dynsource.register_table(spark, '{name}', path=...).") from None
+
+
+def _unregistered(spark: SparkSession, table: str) -> UnregisteredCatalogTable:
+    # Spark calls the source of saveAsTable and writeTo(...).create() as it calls that of save(), with the path and
+    # without the table's name: it writes the files, and the catalog records a table at the path that Spark then
+    # reads with no option, neither the path nor the write's options.
+    recorded = metastore.location(spark, table)
+    path = unquote(urlparse(recorded).path) if recorded and recorded.startswith("file:") else recorded or "..."
+    return UnregisteredCatalogTable(
+        f"Table '{table}' is a catalog table of data source 'dynsource' at '{path}', as "
+        "df.write.format('dynsource').saveAsTable(...), df.writeTo(...).using('dynsource').create() and CREATE TABLE "
+        "... USING dynsource leave one: Spark gives a Python data source neither a catalog table's name nor its "
+        "location, so no door can read it (spark.table fails on \"Option 'path' is required\"). Register it over "
+        f"its files: dynsource.register_table(spark, '{table}', path='{path}', replace=True), with the reader "
+        "options its files need (format, partitionColumns...). A new table is written with "
+        "dynsource.write(df, path), then registered so."
+    )
 
 
 def in_session(spark: SparkSession, definition: TableDefinition) -> TableDefinition:

@@ -269,16 +269,27 @@ def provider(spark: SparkSession, table: str) -> str | None:
             return _recorded_provider(session, table)
         except Py4JError:
             pass  # an internal API this Spark version does not have: ask by SQL
+    return _extended(spark, table).get("Provider")
+
+
+def location(spark: SparkSession, table: str) -> str | None:
+    """The location the catalog records for qualified ``table`` (None when it has none, or no such table), as
+    ``SHOW TABLE EXTENDED`` gives it: a URI such as ``file:/data/t``."""
+    return _extended(spark, table).get("Location")
+
+
+def _extended(spark: SparkSession, table: str) -> dict[str, str]:
+    """What ``SHOW TABLE EXTENDED`` says of qualified ``table`` ({} when there is no such table), from the
+    metastore alone."""
     database, name = table.split(".")
     try:
         listed = spark.sql(f"SHOW TABLE EXTENDED IN {database} LIKE '{name}'").collect()
     except AnalysisException:  # no such database
-        return None
+        return {}
     for row in listed:
         if row.tableName == name and not row.isTemporary:
-            details = dict(line.partition(": ")[::2] for line in row.information.splitlines())
-            return details.get("Provider")
-    return None
+            return dict(line.partition(": ")[::2] for line in row.information.splitlines())
+    return {}
 
 
 def _recorded_provider(session: SessionCatalog, table: str) -> str | None:
