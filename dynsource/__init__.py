@@ -114,6 +114,9 @@ def register(spark: SparkSession) -> None:
     once per session, that they can import dynsource; if not,
     ``WorkerSetupError`` says what they lack and how to install it. A job that
     reads only by Spark's file reader starts no Python worker and runs no probe.
+    The interpreter that plans the reads of ``format("dynsource")`` on this host
+    is checked here, at no cost where it is this one (``PYSPARK_PYTHON`` set to
+    ``sys.executable``): ``WorkerSetupError`` where it cannot import dynsource.
     The registered source sends its read tasks' figures to this process (a Spark
     accumulator) for :func:`scan_report`.
 
@@ -123,8 +126,10 @@ def register(spark: SparkSession) -> None:
     pushdown, whose planned reads go stale when a DataFrame is reused (see the
     docs/spark-known-issues.md).
     """
+    from dynsource.runtime import deployment
     from dynsource.scan import taskfigures
     from dynsource.spark import catalog, source
 
+    deployment.check_planner(spark)
     spark.dataSource.register(source.DynsourceDataSource.with_figures(taskfigures.channel(spark)))
     catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.spark.catalog

@@ -19,7 +19,7 @@ from dynsource.runtime import deployment
 from dynsource.scan.options import ScanOptions
 from dynsource.scan.origin import SOURCE, Reader
 from dynsource.scan.report import MAX_SCANS_KEPT, ScanReport, handle_report, handle_reports, table_scans
-from dynsource.spark import catalog
+from dynsource.spark import catalog, filereader
 
 _CONNECT = (
     "scan_report(DataFrame) finds the scan in the DataFrame's plan, which Spark Connect keeps in the server: "
@@ -64,7 +64,9 @@ def scan_reports(
 
 
 def dataframe_report(df: DataFrame) -> ScanReport:
-    """The newest kept scan of the one dynsource reader ``df`` reads through.
+    """The newest kept scan of the one dynsource reader ``df`` reads through: a Python source of its plan, or
+    Spark's file reader handed a scan dynsource planned (``dynsource.table``, the fact of ``dynamic_join`` or
+    ``dynsource.sql``, and what derives from them).
 
     Raises
     ------
@@ -75,14 +77,15 @@ def dataframe_report(df: DataFrame) -> ScanReport:
     """
     if deployment.is_connect(df.sparkSession):
         raise ValueError(_CONNECT + ".")
-    readers = {Reader.of(name, options): options for name, options in _relations(df)}
+    readers = {Reader.of(name, options): _scan_options(df.sparkSession, Reader.of(name, options), options)
+               for name, options in _relations(df)}
+    readers |= filereader.reads_of(df)
     if len(readers) != 1:
         raise ValueError(
             "scan_report() takes a filter handle, or a DataFrame that reads one dynsource table (read through "
             f"dynsource, by path or as a registered table); this one reads {_tables(readers)}."
         )
-    ((reader, options),) = readers.items()
-    scan_options = _scan_options(df.sparkSession, reader, options)
+    ((reader, scan_options),) = readers.items()
     path, location = scan_options.path, scan_options.filter_store
     found = next((scan for scan in table_scans(reader.table, path, location)
                   if scan.options_digest == reader.options_digest), None)
@@ -111,10 +114,10 @@ def _relations(df: DataFrame) -> list[tuple[str, dict[str, str]]]:
     return relations
 
 
-def _tables(readers: Mapping[Reader, Mapping[str, str]]) -> str:
+def _tables(readers: Mapping[Reader, ScanOptions]) -> str:
     if not readers:
         return "none"
-    return ", ".join(f"table {reader.table}" if reader.table else str(options.get("path")) for reader, options
+    return ", ".join(f"table {reader.table}" if reader.table else options.path for reader, options
                      in readers.items())
 
 

@@ -130,6 +130,10 @@ PRUNED = {
     "cte": """WITH days AS (SELECT d_date_sk, d_moy FROM date_dim WHERE d_year = 2000)
               SELECT d_moy, sum(ss_sales_price) FROM {fact} JOIN days ON ss_sold_date_sk = days.d_date_sk
               GROUP BY d_moy""",
+    # The fact's rows passed through a CTE that projects and filters them (read once), as through a view.
+    "fact_cte": """WITH f AS (SELECT ss_sold_date_sk AS day, ss_sales_price FROM {fact} WHERE ss_store_sk > 1)
+              SELECT d_moy, sum(ss_sales_price) FROM f JOIN date_dim ON f.day = d_date_sk
+              WHERE d_year = 2000 AND d_moy = 11 GROUP BY d_moy""",
     "derived_table": """SELECT count(*), sum(ss_sales_price) FROM {fact} f,
               (SELECT d_date_sk FROM date_dim WHERE d_year = 2000 AND d_moy < 4) d
               WHERE f.ss_sold_date_sk = d.d_date_sk""",
@@ -493,6 +497,35 @@ def test_a_join_sparks_dpp_does_not_prune_is_collected_by_dynsource_in_auto(star
     assert report.assignments[0].handle is not None, str(report)
 
 
+def _final_plan(df) -> str:
+    """The executed plan of ``df`` once an action ran: adaptive execution's final one, without its initial plan."""
+    return df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+
+
+@pytest.mark.parametrize("hint", ["MERGE(d)", "SHUFFLE_HASH(d)", "BROADCAST(ss)"])
+def test_a_join_hinted_so_that_spark_broadcasts_no_dimension_is_collected_by_dynsource_in_auto(
+        star, partition_pruning, hint):
+    # Spark's dynamic partition pruning reuses the dimension's broadcast: under these hints there is none, and its
+    # final plan drops the pruning filter (dynamicpruningexpression(true)) and reads every partition. The damaged
+    # partitions of 2001 prove that dynsource prunes them instead.
+    partition_pruning("auto")
+    dynsource.table(star, "store_sales")  # the session has read the table: without the hint it is left to Spark
+    query = (f"SELECT /*+ {hint} */ d.d_moy, count(*) FROM {{fact}} ss JOIN date_dim d "
+             "ON ss.ss_sold_date_sk = d.d_date_sk WHERE d.d_year = 2000 GROUP BY d.d_moy")
+    plain = star.sql(query.format(fact="store_sales_native"))
+    expected = sorted(plain.collect())
+    assert "dynamicpruningexpression(true)" in _final_plan(plain)
+    df = dynsource.sql(star, query.format(fact="store_sales"))
+    assert sorted(df.collect()) == expected
+    report = dynsource.scan_report(df)
+    (assignment,) = report.assignments
+    assert assignment.handle is not None and "ss_sold_date_sk" in assignment.filter, str(report)
+    assert report.scans()[0].partitions_kept == len(YEAR_2000)
+    unhinted = dynsource.sql(star, query.replace(f"/*+ {hint} */ ", "").format(fact="store_sales"))
+    assert sorted(unhinted.collect()) == expected and LEFT_TO_SPARK.search(str(dynsource.scan_report(unhinted)))
+    assert "dynamicpruningexpression(cast(ss_sold_date_sk" in _final_plan(unhinted)
+
+
 def test_with_sparks_dpp_off_dynsource_collects_in_auto(star, partition_pruning):
     partition_pruning("auto")
     star.conf.set(benefit.SPARK_DPP_CONF, "false")
@@ -540,8 +573,41 @@ def test_a_reference_that_carries_its_own_dynamic_filter_is_left_alone(star):
     expected = star.sql(query.format(fact="store_sales_native")).collect()
     df = dynsource.sql(star, query.format(fact=f"store_sales WITH ('dynamicFilter' = '{handle}')"))
     assert df.collect() == expected
-    assert dynsource.scan_report(df).assignments == ()
+    report = dynsource.scan_report(df)
+    (given,) = report.assignments
+    assert (given.handle, given.given, report.notes) == (handle, ("dynamicFilter",), ())
+    lines = str(report).splitlines()
+    assert lines[0] == (f"default.store_sales: read with its own WITH options (dynamicFilter), pruned by dynamic "
+                        f"filter {handle}; dynsource.sql adds no filter to a reference that carries options")
+    assert f"  partitions: 2 of {DAYS} kept" in lines
     assert dynsource.scan_report(handle).partitions_kept == 2
+    static = dynsource.sql(star, "SELECT count(*) FROM store_sales WITH ('partitionFilter' = 'ss_sold_date_sk < 3')")
+    assert static.collect() == star.sql("SELECT count(*) FROM store_sales_native WHERE ss_sold_date_sk < 3").collect()
+    assert str(dynsource.scan_report(static)) == (
+        "default.store_sales: read with its own WITH options (partitionFilter), pruned by partitionFilter "
+        "'ss_sold_date_sk < 3'; dynsource.sql adds no filter to a reference that carries options")
+
+
+@pytest.mark.parametrize(("query", "stopped_by"), [
+    ("SELECT d_moy, count(*) FROM (SELECT ss_sold_date_sk, rank() OVER (ORDER BY ss_sales_price) AS r FROM {fact}) f "
+     "JOIN date_dim ON f.ss_sold_date_sk = d_date_sk WHERE d_year = 2000 AND r > 1 GROUP BY d_moy",
+     "f reads default.{fact} through a window function"),
+    ("WITH f AS (SELECT ss_sold_date_sk, count(*) AS n FROM {fact} GROUP BY ss_sold_date_sk) SELECT d_moy, sum(n) "
+     "FROM f JOIN date_dim ON f.ss_sold_date_sk = d_date_sk WHERE d_year = 2000 GROUP BY d_moy",
+     "f reads default.{fact} through an aggregate"),
+    ("SELECT d_moy, count(*) FROM (SELECT ss_sold_date_sk FROM {fact} UNION ALL SELECT ss_sold_date_sk FROM {fact}) "
+     "f JOIN date_dim ON f.ss_sold_date_sk = d_date_sk WHERE d_year = 2000 GROUP BY d_moy",
+     "f reads default.{fact} through a UNION ALL"),
+])
+def test_a_join_behind_a_window_an_aggregate_or_a_union_is_reported_with_what_stopped_it(star, query, stopped_by):
+    _, report = run(star, query, fact="store_sales_all")
+    assert stopped_by.format(fact="store_sales_all") in str(report), str(report)
+    assert "no join of a dynsource table" not in str(report)
+
+
+def test_a_scan_pruned_by_the_querys_own_partition_predicates_is_not_reported_as_unpruned(star):
+    _, report = run(star, "SELECT count(*) FROM {fact} WHERE ss_sold_date_sk < 3")
+    assert str(report) == "default.store_sales AS store_sales: partitionFilter '(ss_sold_date_sk < 3)'"
 
 
 def test_an_analysis_that_fails_runs_the_query_as_written(star, monkeypatch):
@@ -744,3 +810,25 @@ def test_generated_star_queries_equal_spark(star):
     check()
     print(f"generated star queries: {dict(stats)}")
     assert stats["cases"] == GENERATED_CASES and stats["pruned"] > 0
+
+
+def test_a_one_year_table_joined_on_year_month_and_day_is_pruned_to_the_days_kept(spark, tmp_path):
+    # One year: the top level alone kept 1 of 1 and the filter was declined, so the Python reader read 60 of 60.
+    root = tmp_path / "one_year"
+    for month in range(1, 13):
+        for day in range(1, 6):
+            directory = root / "year=2000" / f"month={month}" / f"day={day}"
+            pq.write_to_dataset(pa.table({"v": [month * 10 + day]}), directory)
+    definitions = str(tmp_path / "definitions")
+    dynsource.register_table(spark, "one_year_py", path=str(root), definitions=definitions, reader="python")
+    try:
+        spark.read.parquet(str(root)).createOrReplaceTempView("one_year_native")
+        spark.createDataFrame([(2000, 2, 1, "a"), (2000, 2, 2, "a"), (2000, 3, 1, "a"), (2000, 3, 5, "b")],
+                              "y INT, m INT, d INT, tag STRING").createOrReplaceTempView("ymd_days")
+        query = ("SELECT v, year, month, day FROM {t} JOIN ymd_days ON year = y AND month = m AND day = d "
+                 "WHERE tag = 'a'")
+        df = dynsource.sql(spark, query.format(t="one_year_py"))
+        assert sorted(df.collect()) == sorted(spark.sql(query.format(t="one_year_native")).collect())
+        assert dynsource.scan_report(df).scans()[0].partitions_kept == 3, str(dynsource.scan_report(df))
+    finally:
+        dynsource.drop_table(spark, "one_year_py", definitions=definitions)

@@ -158,7 +158,7 @@ def test_cli_table_create_list_drop(spark, tmp_path, definitions, capsys):
     cli.main(["table", "create", "cli_fact", "--path", path, "--option", "format=parquet",
               "--definitions", definitions])
     assert spark.sql("SELECT count(*) FROM cli_fact").first()[0] == 100
-    cli.main(["table", "list", "--definitions", definitions])
+    cli.main(["table", "list", "--catalog", "--definitions", definitions])
     cli.main(["table", "drop", "cli_fact", "--definitions", definitions])
     printed = capsys.readouterr().out.splitlines()
     assert printed == ["created table default.cli_fact", f"default.cli_fact\tin catalog\t{path}",

@@ -143,6 +143,19 @@ def test_a_table_command_says_where_the_catalog_goes_and_fails_in_one_line(tmp_p
     assert sorted(path.name for path in tmp_path.iterdir()) == ["meta"]  # no derby.log, metastore_db in the cwd
 
 
+@pytest.mark.spark  # in a process of its own
+def test_a_failed_write_of_sql_says_sparks_error_in_one_line_without_spark_logs_before_it(tmp_path):
+    query = (f"CREATE TABLE cli_bad USING dynsource LOCATION '{tmp_path / 't'}' AS "
+             "SELECT 1 AS v, CAST(s AS DATE) AS d FROM VALUES ('2024-02-30') AS rows(s)")
+    failed = run_cli("sql", query, "--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}", "--metastore", "meta",
+                     cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert dynsource_lines(failed.stderr)[-1].startswith("dynsource sql: [CAST_INVALID_INPUT] The value '2024-02-30'")
+    # Before: the executor's ERROR lines with the task's stack trace, and pyspark's error logged with its context.
+    assert not [line for line in failed.stderr.splitlines() if "ERROR" in line or line.startswith("\tat ")]
+    assert "Traceback" not in failed.stderr
+
+
 def test_table_create_without_path_fails_before_spark_starts():
     result = run_cli("table", "create", "x")
     # argparse's error and nothing else: no "dynsource: starting a local Spark session" line came before it.
@@ -169,6 +182,24 @@ def test_table_list_and_create_say_what_is_registered_and_what_is_wrong(spark, t
     with pytest.raises(SystemExit) as exited:
         cli.main(["table", "create", "x", "--path", "/nothing", *definitions])
     assert exited.value.code == "dynsource table create: Option 'path': '/nothing' does not exist."
+
+
+def test_table_list_reads_the_definitions_without_a_spark_session_unless_asked_for_the_catalog(
+        spark, tmp_path, capsys):
+    pq.write_to_dataset(pa.table({"v": [1, 2], "k": [1, 2]}), tmp_path / "t", partition_cols=["k"])
+    defs = str(tmp_path / "defs")
+    dynsource.register_table(spark, "cli_listed", path=str(tmp_path / "t"), definitions=defs)
+    try:
+        no_java = {key: value for key, value in os.environ.items() if key != "DYNSOURCE_DEFINITIONS"}
+        no_java["JAVA_HOME"] = str(tmp_path / "no-java")  # a command that started Spark would fail
+        listed = run_cli("table", "list", "--definitions", defs, env=no_java)
+        assert (listed.returncode, listed.stdout) == (0, f"default.cli_listed\t{tmp_path / 't'}\n"), listed.stderr
+        empty = run_cli("table", "list", env=no_java, cwd=tmp_path)  # where a session would look: its warehouse
+        assert empty.stdout.strip() == f"no dynsource tables registered in file:{tmp_path}/spark-warehouse/_dynsource"
+        cli.main(["table", "list", "--catalog", "--definitions", defs])
+        assert capsys.readouterr().out == f"default.cli_listed\tin catalog\t{tmp_path / 't'}\n"
+    finally:
+        dynsource.drop_table(spark, "cli_listed", definitions=defs)
 
 
 def test_table_create_of_an_existing_name_says_to_pass_replace(spark, tmp_path, capsys):

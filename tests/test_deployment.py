@@ -68,6 +68,21 @@ def test_working_workers_pass_once_per_session(spark):
         deployment.check_workers(session, "dynsource.spark.source")  # already checked: no second probe job
 
 
+def test_registering_where_the_planning_interpreter_lacks_dynsource_says_what_it_lacks(spark, bare_python, tmp_path):
+    import dynsource
+
+    # Before: format("dynsource") failed later, in its planning worker, with the raw traceback of the unpickling.
+    with workers_running(spark, bare_python), pytest.raises(deployment.WorkerSetupError) as raised:
+        dynsource.register(spark)
+    message = str(raised.value)
+    assert f"interpreter '{bare_python}'" in message and "cannot plan dynsource's reads" in message
+    assert "ModuleNotFoundError: No module named" in message and "PYSPARK_PYTHON" in message
+    missing = str(tmp_path / "no-such-python")
+    with workers_running(spark, missing), pytest.raises(deployment.WorkerSetupError, match="this host does not have"):
+        dynsource.register(spark)
+    dynsource.register(spark)  # the session's own interpreter: nothing to try
+
+
 def test_local_store_says_nothing_on_local_master(spark, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="dynsource"):
         deployment.warn_if_local_store(spark, str(tmp_path))

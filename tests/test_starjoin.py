@@ -147,12 +147,14 @@ def test_a_widening_cast_of_the_fact_key_and_null_safe_equality_of_inner_joins_a
 def test_self_joins_and_two_facts_are_each_their_own_scan():
     found = detect("SELECT * FROM store_sales a JOIN store_sales b ON a.ss_item_sk = b.ss_item_sk "
                    "WHERE b.ss_store_sk = 3", TABLES).prunings
-    # b has a selective predicate; a has none: another fact, too large to be counted as a small dimension.
+    # b has a selective predicate; a has none: it is not read whole to learn whether it is a small dimension.
     assert [str(pruning) for pruning in found] == [
         "default.store_sales (a.ss_item_sk) <- default.store_sales (b.ss_item_sk)"]
-    assert ("default.store_sales: a dynsource table without a selective predicate is another fact, not a small "
-            "dimension") in reasons("SELECT * FROM store_sales a JOIN store_sales b ON a.ss_item_sk = b.ss_item_sk "
-                                    "WHERE b.ss_store_sk = 3")
+    assert reasons("SELECT * FROM store_sales a JOIN store_sales b ON a.ss_item_sk = b.ss_item_sk "
+                   "WHERE b.ss_store_sk = 3") == [
+        "default.store_sales: not collected: a dynsource table joined without a selective predicate on it is not "
+        "read to learn whether it is small enough to prune by (it may be as large as a fact): give it a selective "
+        "predicate, or collect its keys with dynsource.collect and read the fact WITH ('dynamicFilter' = ...)"]
     assert pairs("SELECT * FROM sales.returns, store_sales, date_dim WHERE r_date_sk = d_date_sk "
                  "AND ss_sold_date_sk = d_date_sk AND d_moy = 2") == [
         "default.store_sales (store_sales.ss_sold_date_sk) <- default.date_dim (date_dim.d_date_sk)",
@@ -302,6 +304,22 @@ def test_a_derived_table_passing_a_facts_rows_through_prunes_the_fact(query):
     assert len(detection.scans) == 1  # the scan is the table's, found once
 
 
+def test_a_cte_read_once_passing_a_facts_rows_through_prunes_the_fact_and_one_read_twice_is_refused():
+    cte = "WITH f AS (SELECT ss_sold_date_sk AS day, ss_sales_price FROM store_sales WHERE ss_store_sk > 5) "
+    once = detect(f"{cte}SELECT d_moy, sum(ss_sales_price) FROM f JOIN date_dim ON f.day = d_date_sk "
+                  "WHERE d_year = 2000 GROUP BY d_moy", TABLES)
+    assert [str(p) for p in once.prunings] == [
+        "default.store_sales (store_sales.ss_sold_date_sk) <- default.date_dim (date_dim.d_date_sk)"]
+    (scan,) = once.scans
+    assert scan.predicates == ("ss_store_sk > 5",)  # the CTE's own filter, on the scan inside it
+    # Pruned for the join, the CTE's rows would be pruned for its other reader too.
+    twice = detect(f"{cte}SELECT count(*) FROM f JOIN date_dim ON f.day = d_date_sk WHERE d_year = 2000 "
+                   "UNION ALL SELECT count(*) FROM f", TABLES)
+    assert [p for p in twice.prunings if p.dimension == "default.date_dim"] == []
+    assert ("f.day = date_dim.d_date_sk: f reads default.store_sales through a common table expression (WITH) the "
+            "query reads more than once; dynsource prunes") in " ".join(r.reason for r in twice.refusals)
+
+
 @pytest.mark.parametrize("derived", [
     "SELECT ss_sold_date_sk AS day, count(*) AS n FROM store_sales GROUP BY ss_sold_date_sk",
     "SELECT DISTINCT ss_sold_date_sk AS day FROM store_sales",
@@ -315,3 +333,51 @@ def test_a_derived_table_passing_a_facts_rows_through_prunes_the_fact(query):
 def test_a_derived_table_whose_rows_are_not_the_facts_own_prunes_nothing_through_it(derived):
     query = f"SELECT * FROM ({derived}) AS v JOIN date_dim ON v.day = d_date_sk WHERE d_year = 2000"
     assert [p for p in detect(query, TABLES).prunings if p.dimension == "default.date_dim"] == []
+
+
+@pytest.mark.parametrize(("source", "stopped_by"), [
+    ("(SELECT ss_sold_date_sk AS day, count(*) AS n FROM store_sales GROUP BY ss_sold_date_sk)", "an aggregate"),
+    ("(SELECT max(ss_sold_date_sk) AS day FROM store_sales)", "an aggregate"),
+    ("(SELECT DISTINCT ss_sold_date_sk AS day FROM store_sales)", "DISTINCT"),
+    ("(SELECT ss_sold_date_sk AS day FROM store_sales LIMIT 10)", "a LIMIT"),
+    ("(SELECT ss_sold_date_sk AS day, sum(ss_sales_price) OVER () AS total FROM store_sales)", "a window function"),
+    ("(SELECT day FROM (SELECT ss_sold_date_sk AS day, row_number() OVER (ORDER BY ss_item_sk) AS n "
+     "FROM store_sales) AS w WHERE n > 1)", "a window function"),
+    ("(SELECT s.ss_sold_date_sk AS day FROM store_sales s JOIN store ON s.ss_store_sk = s_store_sk)", "a join"),
+    ("(SELECT ss_sold_date_sk AS day FROM store_sales UNION ALL SELECT r_date_sk FROM sales.returns)",
+     "a UNION ALL"),
+    ("(SELECT ss_sold_date_sk AS day FROM store_sales UNION SELECT r_date_sk FROM sales.returns)", "a UNION"),
+    ("ranked", "a window function"),  # a CTE
+    ("above", "a window function"),  # a CTE over that CTE
+])
+def test_a_join_behind_what_does_not_pass_a_facts_rows_through_is_refused_saying_what_stopped_it(source, stopped_by):
+    ctes = ("WITH ranked AS (SELECT ss_sold_date_sk AS day, rank() OVER (ORDER BY ss_sales_price) AS r "
+            "FROM store_sales), above AS (SELECT day FROM ranked WHERE r > 1) ")
+    query = f"{ctes}SELECT * FROM {source} AS v JOIN date_dim ON v.day = d_date_sk WHERE d_year = 2000"
+    tables = "default.store_sales, sales.returns" if "returns" in source else "default.store_sales"
+    assert (f"v.day = date_dim.d_date_sk: v reads {tables} through {stopped_by}; dynsource prunes a dynsource table "
+            "only where the query reads it directly or through derived tables that filter and project its rows"
+            ) in reasons(query)
+
+
+@pytest.mark.parametrize(("hint", "found"), [
+    ("MERGE(d)", "MERGE(d)"),
+    ("SHUFFLE_HASH(D)", "SHUFFLE_HASH(d)"),  # Spark matches the alias ignoring case
+    ("SHUFFLE_REPLICATE_NL(d)", "SHUFFLE_REPLICATE_NL(d)"),
+    ("MERGEJOIN(ss)", "MERGEJOIN(ss)"),  # on the fact: no broadcast of the dimension either
+    ("BROADCAST(ss)", "BROADCAST(ss)"),  # the fact broadcast, the dimension streamed
+    ("MERGE(d), BROADCAST(d)", "MERGE(d)"),  # a relation takes the first hint naming it
+    ("BROADCAST(d), MERGE(d)", None),
+    ("BROADCAST(d), MERGE(ss)", None),  # a broadcast of the dimension wins over a hint on the fact
+    ("BROADCASTJOIN(d)", None),
+    ("MERGE(date_dim)", None),  # not the alias: Spark ignores it
+    ("REPARTITION(3)", None),  # no join strategy
+])
+def test_a_join_strategy_hint_under_which_spark_broadcasts_no_dimension_is_told(hint, found):
+    (pruning,) = detect(f"SELECT /*+ {hint} */ * FROM store_sales ss JOIN date_dim d ON ss.ss_sold_date_sk = "
+                        "d.d_date_sk WHERE d.d_year = 2000", TABLES).prunings
+    assert pruning.strategy_hint == found
+    # A hint applies to the relations of its own SELECT only.
+    (inner,) = detect(f"SELECT /*+ {hint} */ * FROM (SELECT d.d_moy FROM store_sales ss JOIN date_dim d "
+                      "ON ss.ss_sold_date_sk = d.d_date_sk WHERE d.d_year = 2000) AS ss", TABLES).prunings
+    assert inner.strategy_hint is None

@@ -104,3 +104,37 @@ def test_a_first_file_of_enough_rows_is_sampled_without_the_wider_walk(settled):
     table = survey(settled)
     assert table.sample(["item"]).num_rows == 40
     assert "more_files" not in vars(table)  # the walk down the next directories is made only for small files
+
+
+@pytest.fixture
+def one_year(tmp_path):
+    """year=2000/month=1..12/day=1..5: one year, judged by its months and days."""
+    for month in range(1, 13):
+        for day in range(1, 6):
+            write(tmp_path / "year=2000" / f"month={month}" / f"day={day}" / "part-0.parquet", [month * 10 + day])
+    return tmp_path
+
+
+YMD = {"year": "int", "month": "int", "day": "int", "item": "int"}
+
+
+def ymd_filter(rows) -> DynamicFilteringData:
+    return DynamicFilteringData([("year", "int"), ("month", "int"), ("day", "int")], rows)
+
+
+def test_a_filter_on_every_level_is_judged_where_it_keeps_least(one_year):
+    table = benefit.survey(ScanOptions.parse({"path": str(one_year)}), YMD)
+    assert [level.columns[-1] for level in table.levels] == ["year", "month", "day"]
+    # Before: "keeps 1 of 1 partitions of 'year'", and the four days of a year were read whole.
+    assert benefit.no_benefit(ymd_filter([(2000, 1, 1), (2000, 1, 2), (2000, 3, 1), (2000, 3, 2)]), table, 0.5) is None
+    first_month = int(table.levels[1].raw_rows[0][1])
+    every_month_but_the_first = [(2000, month, 1) for month in range(1, 13) if month != first_month]
+    # Below the first month, which it drops, the days' sample tells nothing: judged by its months, 11 of 12.
+    reason = benefit.no_benefit(ymd_filter(every_month_but_the_first), table, 0.5)
+    assert reason == ("the filter keeps 11 of 12 partitions of 'month' under the first directory above it (more than "
+                      "50%), so it is not worth applying (fallback_filter_ratio)")
+    every_day = ymd_filter([(2000, month, day) for month in range(1, 13) for day in range(1, 6)])
+    assert "keeps 1 of 1 partitions of 'year' (more than 50%)" in benefit.no_benefit(every_day, table, 0.5)
+    # Joined on month and day only, as before: the year level prunes nothing and is not judged.
+    month_day = DynamicFilteringData([("month", "int"), ("day", "int")], [(2, 1), (2, 2)])
+    assert benefit.no_benefit(month_day, table, 0.5) is None

@@ -78,6 +78,28 @@ def test_a_handle_scan_is_found_from_its_dataframe_and_says_both_filters(spark, 
                                            "  partitions: 1 of 6 kept"]
 
 
+def test_a_registered_tables_dataframe_read_by_sparks_reader_and_those_derived_from_it_find_its_scan(spark, registered):
+    whole, narrow = dynsource.table(spark, registered), dynsource.table(spark, registered, partitionFilter="k < 2")
+    for df, kept in ((whole, 6), (narrow, 2)):  # planned when made: each finds its own reader's scan
+        scan = dynsource.scan_report(df)
+        assert (scan.table, scan.read_by, scan.partitions_kept, scan.partitions_total) == (
+            "default.reported_sales", "spark", kept, 6)
+        derived = df.where("v > 3").groupBy("k").count()
+        assert derived.count() == kept and dynsource.scan_report(derived).scan_id == scan.scan_id
+    # Spark's reader prunes the files it is handed by the query's WHERE: the Python reader's note would be untrue.
+    assert str(dynsource.scan_report(whole)).splitlines()[-1] == f"  note: {report.SPARK_PRUNES_FURTHER}"
+
+
+def test_a_dataframe_derived_from_a_dynamic_join_finds_the_joins_scan(spark, registered):
+    keys = spark.createDataFrame([(1,), (4,)], "d INT")
+    joined = dynsource.dynamic_join(dynsource.table(spark, registered), keys, {"k": "d"})
+    derived = joined.groupBy("k").count()
+    assert sorted(derived.collect()) == [(1, 2), (4, 2)]
+    scan = dynsource.scan_report(derived)
+    assert (scan.handle, scan.scan_id) == (dynsource.scan_report(joined).handle, dynsource.scan_report(joined).scan_id)
+    assert (scan.read_by, scan.partitions_kept, scan.partitions_total) == ("spark", 2, 6)
+
+
 def test_a_dataframe_of_no_or_of_two_dynsource_tables_is_refused(spark, table, tmp_path):
     with pytest.raises(ValueError, match=r"a DataFrame that reads one dynsource table .*; this one reads none\.$"):
         dynsource.scan_report(spark.range(3))

@@ -1,8 +1,11 @@
 """The benefit check of a dynamic filter: skip a filter that keeps most partitions, or nearly every row.
 
-A filter on the first partition column is judged on the fact table's top-level
-partition directories, as Spark's ``fallbackFilterRatio``: it must drop at least
-half of them. A filter on data columns only is judged, as Trino drops a dynamic
+A filter on partition columns is judged on the fact table's partition
+directories, as Spark's ``fallbackFilterRatio``: it must drop at least half of
+them at some level of the survey's walk (the top level, and below it the
+directories under the first one at each level), judged where it keeps least: a
+``year=/month=/day=`` table holding one year is pruned by its months and days.
+A filter on data columns only is judged, as Trino drops a dynamic
 filter that is not selective, on the rows of one data file (of up to
 ``SAMPLE_FILES`` of them, down the first directories, while fewer than
 ``MIN_SAMPLE_ROWS`` rows: a table of small files): a filter keeping
@@ -48,7 +51,7 @@ from pyspark.sql import SparkSession
 from dynsource import storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout import directories
-from dynsource.layout.enumerator import PartitionEnumerator
+from dynsource.layout.enumerator import PartitionEnumerator, kept_by
 from dynsource.layout.levels import Level, PartitionTyping
 from dynsource.layout.listing import Listing
 from dynsource.runtime import settings
@@ -80,9 +83,13 @@ class Survey:
     fact: ScanOptions
     column_types: Mapping[str, str]
     columns: tuple[str, ...]  # the partition columns (only the top one when the walk was shallow)
-    top: Level | None  # None when the table is not partitioned
+    levels: tuple[Level, ...]  # the walk's: the top level, then those under its first directory (none: unpartitioned)
     branch: Listing | None = None  # the walk down the first branch, when survey() made it
     fanout: int = 1  # the directories at each level of the walk down the first branch, multiplied
+
+    @property
+    def top(self) -> Level | None:
+        return self.levels[0] if self.levels else None
 
     @property
     def typing(self) -> PartitionTyping:
@@ -140,7 +147,7 @@ def survey(fact: ScanOptions, column_types: Mapping[str, str], *, deep: bool = T
         return kept[0]
     typing = PartitionTyping(column_types, fact.partition_settings)
     levels, listing = _walk(PartitionEnumerator(fs, root), typing, deep)
-    result = Survey(fact, column_types, listing.columns, levels[0] if levels else None, listing if deep else None,
+    result = Survey(fact, column_types, listing.columns, tuple(levels), listing if deep else None,
                     math.prod(len(level.raw_rows) for level in levels) if deep else 1)
     if key and listing.checkable(root):
         _kept_surveys.put(key, (result, listing))
@@ -208,24 +215,28 @@ def no_benefit(data: DynamicFilteringData, survey: Survey | None, ratio: float) 
     """Why filtering with ``data`` would not pay on the fact ``survey`` tells of; None when it does."""
     if not data.is_filtering or survey is None:
         return None  # an exceeded filter reads everything anyway, and the scan report says so
-    return _partitions_kept(data, survey.top, ratio) or _rows_kept(data, survey)
+    return _partitions_kept(data, survey.levels, ratio) or _rows_kept(data, survey)
 
 
-def _partitions_kept(data: DynamicFilteringData, level: Level | None, ratio: float) -> str | None:
-    if level is None:
+def _partitions_kept(data: DynamicFilteringData, levels: Sequence[Level], ratio: float) -> str | None:
+    """Why the filter keeps too many directories at each level it filters (the reason names the level where it
+    keeps least); None when it drops enough at one of them."""
+    judged = []
+    for level in levels:
+        kept = kept_by(data, level)
+        if kept is None:
+            continue
+        judged.append((sum(kept) / len(kept), sum(kept), len(kept), level.columns[-1]))
+        if not kept[0]:  # the walk went down a directory the filter drops: what lies below it tells nothing
+            break
+    if not judged:
         return None
-    column = level.columns[0]
-    if column.lower() not in {name.lower() for name in data.field_names}:
+    fraction, kept_count, total, column = min(judged)
+    if fraction <= ratio:
         return None
-    _, values, failed = level.typed(column)
-    # A value with no image in the column's type cannot be judged: it counts as kept.
-    kept = sum(pc.or_(data.matching_mask(pa.table({column: values})), failed).to_pylist())
-    if kept > ratio * len(values):
-        return (
-            f"the filter keeps {kept} of {len(values)} partitions of '{column}' (more than {ratio:.0%}), "
-            "so it is not worth applying (fallback_filter_ratio)"
-        )
-    return None
+    where = f"'{column}'" if column == levels[0].columns[0] else f"'{column}' under the first directory above it"
+    return (f"the filter keeps {kept_count} of {total} partitions of {where} (more than {ratio:.0%}), "
+            "so it is not worth applying (fallback_filter_ratio)")
 
 
 def _rows_kept(data: DynamicFilteringData, survey: Survey) -> str | None:

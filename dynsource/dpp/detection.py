@@ -47,6 +47,9 @@ class Pruning:
     # The dimension is also filtered by a subquery, left out of ``dimension_sql`` (Spark's dynamic partition
     # pruning counts it as selective: TPC-DS q6's ``d.d_month_seq = (SELECT ...)``).
     filtered_by_subquery: bool = False
+    # A join strategy hint (``MERGE(d)``) under which Spark does not broadcast the dimension, and so drops the filter
+    # of its dynamic partition pruning; None without one.
+    strategy_hint: str | None = None
     pin: snapshots.Pin | None = field(default=None, compare=False)  # how the query reads the keys' rows from a snapshot
 
     def __str__(self) -> str:

@@ -195,7 +195,7 @@ def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_optio
     started = time.perf_counter()
     choice = benefit.worth_applying(
         [candidate(index, d, pairs) for index, (d, pairs) in enumerate(dims)],
-        benefit.survey(fact_options, types, deep=False), ratio)
+        benefit.survey(fact_options, types), ratio)
     notes = [reason if len(dims) == 1 else f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return None, notes

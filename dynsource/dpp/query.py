@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +138,7 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     >>> dynsource.drop_table(spark, "kv")
     """
     if args or kwargs:  # the dimension queries would lose the parameters' values
-        text, frames, _ = _with_options_read(spark, query)
+        text, frames, _, _ = _with_options_read(spark, query)
         return frames.sql(spark, text, args, **kwargs)
     inserted = inserts.run(spark, query, sql)
     if inserted is not None:
@@ -158,16 +158,19 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
 def _pruned(spark: SparkSession, query: str, checks: latechecks.LateChecks | None = None) -> DataFrame | None:
     """:func:`sql` of a query without parameters; with ``checks`` of plans given before their check ended, None
     where a check failed before a statement that runs at once (an INSERT, a CACHE TABLE) would have run."""
-    text, frames, view_notes = _with_options_read(spark, query)
+    text, frames, view_notes, given = _with_options_read(spark, query)
     timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
     spark_prunes_local = benefit.spark_prunes_local(spark)
     try:
         plan = queryplan.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes,
-                            spark_prunes_local=spark_prunes_local, prepare=True)
+                            spark_prunes_local=spark_prunes_local, prepare=True, given=given)
+    except catalog.UnregisteredCatalogTable:
+        raise  # spark.sql cannot read that table either, and its error cannot name it
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",
                     error)
-        plan, unanalysed = None, queryreport.QueryReport((), (*view_notes, f"the query could not be analysed: {error}"))
+        plan, unanalysed = None, queryreport.QueryReport(given, (*view_notes,
+                                                                 f"the query could not be analysed: {error}"))
     else:
         plan.notes[:0] = view_notes
     # spark.sql runs any other statement at once: it must not run on a plan whose check then fails.
@@ -189,21 +192,22 @@ def explain_sql(spark: SparkSession, query: str) -> queryreport.QueryReport:
     joins are not pruned. The query itself does not run, but Spark analyses it
     first: a query ``spark.sql`` rejects raises its error here too.
     """
-    text, frames, view_notes = _with_options_read(spark, query)
+    text, frames, view_notes, given = _with_options_read(spark, query)
     frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
     plan = queryplan.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark),
                         min_scan_bytes=benefit.min_scan_bytes(spark),
-                        spark_prunes_local=benefit.spark_prunes_local(spark))
+                        spark_prunes_local=benefit.spark_prunes_local(spark), given=given)
     plan.plan_scans(spark)
     plan.notes[:0] = view_notes
     return plan.report
 
 
-def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames, tuple[str, ...]]:
+def _with_options_read(spark: SparkSession, query: str) -> tuple[
+        str, Frames, tuple[str, ...], tuple[queryreport.Assignment, ...]]:
     """``query`` with each view over a registered dynsource table seen through (:mod:`dynsource.dpp.views`) and
     each ``name WITH (...)`` reference of a registered dynsource table replaced by a placeholder of its own
-    DataFrame; those DataFrames; and why views were not seen through."""
-    frames, chosen = Frames(), []
+    DataFrame; those DataFrames; why views were not seen through; and what each such reference reads with."""
+    frames, chosen, given = Frames(), [], []
     references = table_options(query)
     if any("'" in value for reference in references for _, value in reference.options):
         _judged_by_spark(spark, query)
@@ -219,7 +223,16 @@ def _with_options_read(spark: SparkSession, query: str) -> tuple[str, Frames, tu
         if relation is not None and relation.definition is not None:
             df = catalog.read_table(spark, relation.key, dict(reference.options))
             chosen.append((reference, frames.add("ref", df)))
-    return rewrite(query, chosen), frames, expanded.notes
+            given.append(_given(relation.key, relation.definition, dict(reference.options)))
+    return rewrite(query, chosen), frames, expanded.notes, tuple(given)
+
+
+def _given(table: str, definition: catalog.TableDefinition, options: Mapping[str, str]) -> queryreport.Assignment:
+    """The report's entry of a reference to ``table`` read with its own ``options``: the filters they give it."""
+    scan = definition.scan_options.with_options(options)
+    static = scan.partition_filter
+    return queryreport.Assignment(table, handle=scan.dynamic_filter, given=tuple(options),
+                                  partition_filter=None if static is None else static.text, store=scan.filter_store)
 
 
 def _judged_by_spark(spark: SparkSession, query: str) -> None:

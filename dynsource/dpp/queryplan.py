@@ -122,7 +122,7 @@ class Plan:
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
          timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0, spark_prunes_local: bool = False,
-         prepare: bool = False) -> Plan:
+         prepare: bool = False, given: Sequence[Assignment] = ()) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
     Runs the dimension queries (Spark jobs), not the query itself, spending at
@@ -131,9 +131,9 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`); with ``spark_prunes_local``, a filter on
     partition columns only of a local fact Spark's reader reads is left to Spark (:func:`benefit.left_to_spark`).
     With ``prepare``, the scans no dimension prunes are read for :meth:`Plan.run` while the dimensions are
-    collected.
+    collected. ``given`` are the report's entries of the references ``frames`` read with their own options.
     """
-    result = Plan(query, store or FilterStore.of(None), frames or Frames())
+    result = Plan(query, store or FilterStore.of(None), frames or Frames(), list(given))
     resolver = nameresolution.Resolver(spark, result.frames.frames, defer_unread=True)
     try:
         result.is_query, references = _shape(query)
@@ -173,7 +173,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
             _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, definitions,
                                  result)
         _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
-    if not detected.prunings and not result.notes:
+    if not detected.prunings and not result.notes and not result.assignments:  # else they say what pruned
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
 
@@ -266,11 +266,12 @@ def _not_collected(facts: _Facts, pruning: detection.Pruning, min_bytes: int, sp
     if facts.reader(pruning.fact.table) != "spark":
         return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
     survey = facts.survey(pruning.fact.table)
-    # Spark's dynamic partition pruning takes an equality (not <=>) with a dimension holding a selective predicate.
+    # Spark's dynamic partition pruning takes an equality (not <=>) with a dimension holding a selective predicate,
+    # from the dimension's broadcast (a MERGE or SHUFFLE_HASH hint plans none: Spark then reads every partition).
     # It lists the whole table first: in a session that never read the table (a batch job's first query), that
     # listing costs more than a collection; later it is kept, and costs less.
     spark_prunes = (spark_prunes_local and (pruning.selective or pruning.filtered_by_subquery)
-                    and not pruning.null_safe
+                    and not pruning.null_safe and pruning.strategy_hint is None
                     and filereader.planned_before(facts.spark, facts.definitions[pruning.fact.table].scan_options))
     return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
             or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))

@@ -8,7 +8,7 @@ once a query ran. Both are kept per returned DataFrame (weakly: they go with it)
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 
@@ -42,6 +42,18 @@ class Assignment:
     reason: str | None = None  # why the scan is not pruned (None when it is)
     columns: tuple[str, ...] | None = None  # the columns the pruned scan reads; None: all
     partition_filter: str | None = None  # the query's own predicates on partition columns, given to the scan
+    # The names of the options a reference gave the scan itself (``t WITH ('dynamicFilter' = ...)``): dynsource.sql
+    # adds no filter to it, and ``handle`` and ``partition_filter`` are those it reads with.
+    given: tuple[str, ...] = ()
+    store: FilterStore | None = field(default=None, compare=False)  # the given handle's store
+
+    def given_line(self) -> str:
+        """What a scan read with its own options (``given``) is pruned by, in a report's words."""
+        pruned = [f"partitionFilter {self.partition_filter!r}"] if self.partition_filter is not None else []
+        if self.handle is not None:
+            pruned.append(f"dynamic filter {self.handle}")
+        return (f"{self.scan}: read with its own WITH options ({', '.join(self.given)}), pruned by "
+                f"{' and '.join(pruned) or 'none'}; dynsource.sql adds no filter to a reference that carries options")
 
 
 @dataclass(frozen=True)
@@ -58,11 +70,16 @@ class QueryReport:
     store: FilterStore | None = None
 
     def scans(self) -> list[ScanReport | None]:
-        return [None if a.handle is None else _ran_report(a.handle, self.store) for a in self.assignments]
+        return [None if a.handle is None else _ran_report(a.handle, a.store or self.store) for a in self.assignments]
 
     def __str__(self) -> str:
         lines = []
         for assignment, scan in zip(self.assignments, self.scans(), strict=True):
+            if assignment.given:
+                lines.append(assignment.given_line())
+                if assignment.handle is not None:
+                    lines += _scan_lines(scan)
+                continue
             if assignment.partition_filter is not None:
                 lines.append(f"{assignment.scan}: partitionFilter {assignment.partition_filter!r}")
             if assignment.handle is None:
@@ -73,12 +90,15 @@ class QueryReport:
             collected = "" if assignment.collection_ms is None else f", collected in {assignment.collection_ms} ms"
             lines.append(f"{assignment.filter}: {assignment.payload_kind}, {assignment.keys} keys{collected}; "
                          f"reads {read}")
-            if scan is None:
-                lines.append("  (no scan yet: run an action on the DataFrame first)")
-            else:
-                lines += ["  " + line for line in scan.lines()]
+            lines += _scan_lines(scan)
         lines += [f"not pruned: {note}" for note in self.notes]
         return "\n".join(lines) or "no dynamic filtering"
+
+
+def _scan_lines(scan: ScanReport | None) -> list[str]:
+    if scan is None:
+        return ["  (no scan yet: run an action on the DataFrame first)"]
+    return ["  " + line for line in scan.lines()]
 
 
 _queries: weakref.WeakKeyDictionary[DataFrame, QueryReport] = weakref.WeakKeyDictionary()

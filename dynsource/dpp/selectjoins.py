@@ -14,6 +14,10 @@ from dynsource.dpp import snapshots, sqltree
 from dynsource.dpp.detection import FactScan, Pruning, Refusal, TableInfo
 
 _INTEGRAL_WIDTH = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+# Spark's join strategy hints: its dynamic partition pruning reuses the broadcast of the dimension, and a join
+# planned otherwise drops its pruning filter (spark.sql.optimizer.dynamicPartitionPruning.reuseBroadcastOnly).
+_BROADCAST_HINTS = frozenset({"BROADCAST", "BROADCASTJOIN", "MAPJOIN"})
+_STRATEGY_HINTS = _BROADCAST_HINTS | {"MERGE", "SHUFFLE_MERGE", "MERGEJOIN", "SHUFFLE_HASH", "SHUFFLE_REPLICATE_NL"}
 
 
 class Statement(NamedTuple):
@@ -62,10 +66,11 @@ class SelectJoins:
         """Record the prunings and refusals of this SELECT; its dynsource table scans."""
         facts = {alias: self._fact(alias) for alias in self.nodes}
         facts = {alias: fact for alias, fact in facts.items() if fact is not None}
-        if not facts:
-            return []
         placed = [(None, c) for c in self.where]
         placed += [(j, c) for j in self.joins for c in sqltree.conjuncts(j.args.get("on"))]
+        self._refuse_hidden([c for _, c in placed], facts)
+        if not facts:
+            return []
         pairs: dict[tuple[str, str], list[_Equality]] = {}
         for on, conjunct in placed:
             if on is None:
@@ -79,7 +84,7 @@ class SelectJoins:
 
     def _fact(self, alias: str) -> FactScan | None:
         node, source = self.nodes[alias], self.scope.sources.get(alias)
-        if isinstance(source, Scope) and source.is_derived_table:
+        if isinstance(source, Scope) and (source.is_derived_table or (source.is_cte and self._read_once(node))):
             traced = self._passed_through(source)
             if traced is not None:
                 self.renamed[alias] = traced[1]
@@ -94,6 +99,12 @@ class SelectJoins:
         return FactScan(sqltree.table_name(node), alias, start, node.this.meta["end"] + 1,
                         start in self.statement.aliased, columns, self._predicates(alias))
 
+    def _read_once(self, node: exp.Expression) -> bool:
+        """Whether the CTE ``node`` names is read once in the whole statement: a filter on the fact its rows pass
+        through would prune its other readers too (another CTE of that name counts: it is only conservative)."""
+        name = node.name.lower()
+        return sum(1 for t in self.statement.root.find_all(exp.Table) if not t.db and t.name.lower() == name) == 1
+
     def _passed_through(self, derived: Scope) -> tuple[FactScan, dict[str, str]] | None:
         """The fact scan whose rows the ``derived`` table passes through one by one, and which of its columns
         each output column is; None for any other derived table.
@@ -101,7 +112,8 @@ class SelectJoins:
         It passes them through when it selects from that scan alone (or from such a derived table), at most
         filtered, with no aggregate, window, DISTINCT or LIMIT: each of its rows is then one of the fact's rows, so
         a join key that is a fact column there prunes the fact as it would the fact itself. Views seen through
-        (:mod:`dynsource.dpp.views`) have this shape when they project and filter their table.
+        (:mod:`dynsource.dpp.views`) have this shape when they project and filter their table; so may a CTE the
+        statement reads once.
         """
         select = derived.expression
         if (not isinstance(select, exp.Select) or select.args.get("joins") or not select.args.get("from_")
@@ -122,6 +134,26 @@ class SelectJoins:
                 if passed is not None:
                     columns[output.alias_or_name.lower()] = passed
         return fact, columns
+
+    def _refuse_hidden(self, conjuncts: Sequence[exp.Expression], facts: Mapping[str, FactScan]) -> None:
+        """Refuse, saying what stopped it, each equi-join of a source that reads a dynsource table through a derived
+        table or CTE that does not pass the table's rows through (a window, an aggregate, a UNION...)."""
+        for conjunct in conjuncts:
+            if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+                continue
+            sides = [sqltree.only_source(side) for side in (conjunct.this, conjunct.expression)]
+            if sides[0] == sides[1] or not all(side in self.nodes for side in sides):
+                continue
+            for alias in sides:
+                source = self.scope.sources.get(alias)
+                if alias in facts or not isinstance(source, Scope):
+                    continue
+                tables = sorted(_dynsource_tables(source, self.tables))
+                if tables:
+                    self.refusals.append(Refusal(None, (
+                        f"{conjunct.sql('spark')}: {alias} reads {', '.join(tables)} through {_stopped_by(source)}; "
+                        "dynsource prunes a dynsource table only where the query reads it directly or through derived "
+                        "tables that filter and project its rows")))
 
     def _through(self, alias: str, column: str) -> str | None:
         """The fact column that ``alias.column`` is (None: no fact column), through derived tables that pass a
@@ -269,9 +301,12 @@ class SelectJoins:
             selective = selective or sqltree.selective(source.expression)
         info = self.tables.get(sqltree.table_name(node)) if isinstance(source, exp.Table) else None
         if not selective and info is not None and info.dynsource:
-            # Counting whether it is small would read another fact (TPC-DS q17's store_returns beside store_sales).
-            self.refusals.append(Refusal(fact, f"{sqltree.shown_name(node)}: a dynsource table without a selective "
-                                               "predicate is another fact, not a small dimension"))
+            # Counting whether it is small could read a fact whole (TPC-DS q17's store_returns beside store_sales).
+            self.refusals.append(Refusal(fact, f"{sqltree.shown_name(node)}: not collected: a dynsource table joined "
+                                               "without a selective predicate on it is not read to learn whether it "
+                                               "is small enough to prune by (it may be as large as a fact): give it "
+                                               "a selective predicate, or collect its keys with dynsource.collect "
+                                               "and read the fact WITH ('dynamicFilter' = ...)"))
             return
         keys = [e.key for e in equalities]
         keyed = exp.select(*[exp.alias_(key.copy(), f"k{i}") for i, key in enumerate(keys)]).from_(node.copy())
@@ -285,7 +320,29 @@ class SelectJoins:
                                      tuple(key.sql("spark") for key in keys), self._with_ctes(keyed),
                                      null_safe=any(e.null_safe for e in equalities), selective=selective, pin=pin,
                                      filtered_by_subquery=any(sqltree.filters_by_subquery(c, dimension, self.scope)
-                                                              for c in places)))
+                                                              for c in places),
+                                     strategy_hint=self._strategy_hint(equalities[0].fact, dimension)))
+
+    def _strategy_hint(self, fact: str, dimension: str) -> str | None:
+        """The join strategy hint of this SELECT under which Spark plans the join of ``fact`` and ``dimension``
+        without broadcasting the dimension (so its dynamic partition pruning drops its filter); None without one.
+
+        As Spark resolves them: a relation takes the first strategy hint naming its alias, and a broadcast of the
+        dimension wins over a hint on the fact unless the fact is hinted to be broadcast too.
+        """
+        hint = self.select.args.get("hint")
+        first: dict[str, exp.JoinHint] = {}
+        for join_hint in hint.expressions if hint is not None else []:
+            if isinstance(join_hint, exp.JoinHint) and join_hint.name.upper() in _STRATEGY_HINTS:
+                for named in join_hint.expressions:
+                    first.setdefault(named.name.lower(), join_hint)
+        on_fact, on_dimension = first.get(fact.lower()), first.get(dimension.lower())
+        broadcast = {side: found is not None and found.name.upper() in _BROADCAST_HINTS
+                     for side, found in (("fact", on_fact), ("dimension", on_dimension))}
+        if broadcast["dimension"] and not broadcast["fact"]:
+            return None
+        found = on_fact or on_dimension
+        return None if found is None else found.sql("spark")
 
     def _with_ctes(self, query: exp.Select) -> str:
         return snapshots.with_ctes_sql(query, self.statement.ctes)
@@ -303,3 +360,41 @@ class SelectJoins:
                 supplied.update(seen)
             seen.append(joined)
         return supplied
+
+
+def _dynsource_tables(scope: Scope, tables: Mapping[str, TableInfo], seen: set[int] | None = None) -> set[str]:
+    """The dynsource tables ``scope`` reads, through its derived tables, subqueries and the CTEs it selects from."""
+    seen = set() if seen is None else seen
+    seen.add(id(scope))
+    found = set()
+    for inner in scope.traverse():
+        for _, source in inner.selected_sources.values():
+            if isinstance(source, exp.Table):
+                info = tables.get(sqltree.table_name(source))
+                if info is not None and info.dynsource:
+                    found.add(sqltree.shown_name(source))
+            elif isinstance(source, Scope) and source.is_cte and id(source) not in seen:
+                found |= _dynsource_tables(source, tables, seen)
+    return found
+
+
+def _stopped_by(scope: Scope) -> str:
+    """What keeps the rows of ``scope`` (a derived table or CTE reading a dynsource table) from being that table's
+    rows passed through one by one, in words."""
+    query = scope.expression
+    if isinstance(query, exp.SetOperation):
+        return f"a {query.key.upper()}{' ALL' if not query.args.get('distinct') else ''}"
+    if not isinstance(query, exp.Select):
+        return "a query"
+    if query.args.get("windows") or query.args.get("qualify") or any(e.find(exp.Window) for e in query.expressions):
+        return "a window function"
+    if query.args.get("group") or query.args.get("having") or any(e.find(exp.AggFunc) for e in query.expressions):
+        return "an aggregate"
+    for part, words in (("distinct", "DISTINCT"), ("limit", "a LIMIT"), ("offset", "an OFFSET"),
+                        ("laterals", "a LATERAL VIEW"), ("joins", "a join")):
+        if query.args.get(part):
+            return words
+    sources = [source for _, source in scope.selected_sources.values()]
+    if len(sources) == 1 and isinstance(sources[0], Scope):
+        return _stopped_by(sources[0])
+    return "a common table expression (WITH) the query reads more than once" if scope.is_cte else "a derived table"

@@ -252,16 +252,8 @@ class DynamicPartitionEnumerator:
     def _keep(self, set_aside: list[str], level: Level) -> Sequence[bool] | None:
         if set_aside:
             return None
-        fields = {name.lower() for name in self.data.field_names}
-        filtered = [column for column in level.columns if column.lower() in fields]
-        if not filtered or filtered[-1] != level.columns[-1]:
-            return None  # the new level is not a filter column: it cannot prune more than its parent did
         try:
-            typed = {column: level.typed(column) for column in filtered}
-            mask = self.data.matching_mask(pa.table({column: values for column, (_, values, _) in typed.items()}))
-            # A directory whose value has no image in its column's type (Spark ignores it unless it holds
-            # files, and then fails the scan) cannot be judged: it is kept, and the others are still pruned.
-            return functools.reduce(pc.or_, [failed for _, _, failed in typed.values()], mask).to_pylist()
+            return kept_by(self.data, level)
         except (TypeError, ValueError) as error:
             if self.on_error == "fail":
                 raise
@@ -294,3 +286,19 @@ def _kept_by_all(level_filters: Sequence[LevelFilter]) -> LevelFilter:
         return [all(votes) for votes in zip(*decisions, strict=True)]
 
     return keep
+
+
+def kept_by(data: DynamicFilteringData, level: Level) -> list[bool] | None:
+    """Which directories of ``level`` may hold rows ``data`` matches, on the level's columns that it filters; None
+    where the level's own column is not one (it cannot prune more than its parent did).
+
+    A directory whose value has no image in its column's type (Spark ignores it unless it holds files, and then
+    fails the scan) cannot be judged: it is kept, and the others are still pruned.
+    """
+    fields = {name.lower() for name in data.field_names}
+    filtered = [column for column in level.columns if column.lower() in fields]
+    if not filtered or filtered[-1] != level.columns[-1]:
+        return None
+    typed = {column: level.typed(column) for column in filtered}
+    mask = data.matching_mask(pa.table({column: values for column, (_, values, _) in typed.items()}))
+    return functools.reduce(pc.or_, [failed for _, _, failed in typed.values()], mask).to_pylist()

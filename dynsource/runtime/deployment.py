@@ -5,7 +5,10 @@ Spark runs dynsource's code in Python workers: planning on the driver's host,
 when the session started. A worker that cannot import dynsource fails the first
 query with a ``ModuleNotFoundError`` deep in an executor log, so
 :func:`check_workers` runs a probe job first and turns that into an error that
-says how to install dynsource on the cluster.
+says how to install dynsource on the cluster. The planning workers of
+``spark.read.format("dynsource")`` fail the same way, with Spark's raw traceback
+of the unpickled source, so :func:`check_planner` tries the interpreter they run
+on this host when dynsource registers its source.
 
 Read tasks never open the filter store (their filter travels in the plan), but
 the planner does, and it runs where the Spark driver runs. :func:`warn_if_local_store`
@@ -15,8 +18,13 @@ executors are elsewhere.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import weakref
 from importlib import metadata
@@ -90,6 +98,46 @@ def workers_checked(spark: SparkSession) -> None:
     """
     with _CHECK_LOCK:  # concurrent first reads (dimensions collected side by side) run one probe
         check_workers(spark, WORKER_MODULE)
+
+
+def check_planner(spark: SparkSession) -> None:
+    """Raise :class:`WorkerSetupError` where the interpreter Spark's Python workers run on this host (``PYSPARK_PYTHON``
+    when the session started, else ``python3``) cannot import dynsource: it plans every read of a dynsource source.
+
+    Free where that interpreter is this one, as when ``PYSPARK_PYTHON`` is ``sys.executable``; another is tried once
+    per interpreter, in a subprocess (~1 s). Over Spark Connect the server's workers plan: nothing to try here.
+    """
+    if is_connect(spark):
+        return
+    python = spark.sparkContext.pythonExec
+    found = shutil.which(python)
+    if found is not None and os.path.abspath(found) == sys.executable:
+        return
+    error = _planner_error(python, found)
+    if error is not None:
+        raise WorkerSetupError(error)
+
+
+@functools.lru_cache(maxsize=8)
+def _planner_error(python: str, found: str | None) -> str | None:
+    if found is None:
+        return (f"Spark's Python workers run '{python}' (PYSPARK_PYTHON when the session started, else python3), "
+                f"which this host does not have; they plan every read of dynsource's source here. {INSTALL_HINT}")
+    tried = subprocess.run([found, "-c", _PLANNER_PROBE.format(module=WORKER_MODULE)], capture_output=True,
+                           text=True, timeout=300, check=False)
+    version, _, dynsource_version = tried.stdout.strip().partition("\n")
+    if tried.returncode == 0 and dynsource_version == metadata.version("dynsource"):
+        return None
+    said = tried.stderr.strip().splitlines()[-1:] or [f"it exited with {tried.returncode}"]
+    if tried.returncode == 0:
+        said = [f"it runs dynsource {dynsource_version}, this driver runs {metadata.version('dynsource')}"]
+    return (f"Spark's Python workers (interpreter '{found}', Python {version or 'unknown'}, PYSPARK_PYTHON when the "
+            f"session started, else python3) cannot plan dynsource's reads: {said[0]}. {INSTALL_HINT}")
+
+
+# The interpreter's version first: it is printed even where the import fails.
+_PLANNER_PROBE = ("import platform; print(platform.python_version(), flush=True); import importlib.metadata, {module}; "
+                  "print(importlib.metadata.version('dynsource'))")
 
 
 def _probe(spark: SparkSession, module: str) -> list[dict[str, Any]]:

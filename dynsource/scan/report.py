@@ -30,6 +30,10 @@ _TABLES = "tables"  # reports/tables/<digest>/: the reports of a table's scans, 
 WHERE_DOES_NOT_PRUNE = (
     "Spark does not pass a query's WHERE to a Python data source, so WHERE on partition columns does not prune: give "
     "the partitionFilter option, or run the query with dynsource.sql(spark, query), which turns them into one")
+# Said instead of WHERE_DOES_NOT_PRUNE of a scan read by Spark's reader (dynsource.table's, dynsource.sql's).
+SPARK_PRUNES_FURTHER = (
+    "the kept files were handed to Spark's file reader, which may read fewer of them: it prunes partitions by the "
+    "query's WHERE on partition columns and by its own dynamic partition pruning")
 _TASK_FIGURES = ("tasks_reported", *(field.name for field in dataclasses.fields(taskfigures.ReadCounts)))
 
 
@@ -129,7 +133,7 @@ class ScanReport:
         if self.fallback_reason:
             lines.append(("not filtering: " if not self.filtering else "note: ") + self.fallback_reason)
         if self.handle is None and self.partition_filter is None and self.partition_columns:
-            lines.append(f"note: {WHERE_DOES_NOT_PRUNE}")
+            lines.append(f"note: {SPARK_PRUNES_FURTHER if self.read_by == 'spark' else WHERE_DOES_NOT_PRUNE}")
         return lines
 
     def _heading(self) -> str:

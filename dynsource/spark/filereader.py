@@ -42,6 +42,8 @@ import threading
 import urllib.parse
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -67,10 +69,12 @@ _DISCOVERY_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 _SPARK_DISCOVERY_THRESHOLD = 32  # its default
 _DISCOVERY_LOCK = threading.Lock()  # one local load at a time raises the session's threshold and restores it
 LISTED_KEPT = 32
+READS_KEPT = 64  # the newest DataFrames read by Spark's reader whose scans scan_report(df) finds from their plans
 _LISTED: weakref.WeakKeyDictionary[SparkSession, LruMap[DataFrame]] = weakref.WeakKeyDictionary()
 _READ_AGAIN: weakref.WeakKeyDictionary[SparkSession, LruMap[tuple[Listing, DataFrame]]] = weakref.WeakKeyDictionary()
 _OPENED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see _hadoop_opens
 _PLANNED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()  # see planned_before
+_READS: weakref.WeakKeyDictionary[SparkSession, LruMap[_Read]] = weakref.WeakKeyDictionary()  # see reads_of
 
 
 def choose(spark: SparkSession, options: ScanOptions) -> tuple[str, str]:
@@ -100,8 +104,12 @@ def read_by_choice(spark: SparkSession, source: str, options: Mapping[str, str],
     Only ``columns`` are read (None: all of ``table_schema``).
     """
     if choose(spark, scan_options)[0] == "spark":
-        df = read(spark, scan_options, table_schema, columns, Reader.of(source, options))
+        scan_reader = Reader.of(source, options)
+        df = read(spark, scan_options, table_schema, columns, scan_reader)
         if df is not None:
+            if not deployment.is_connect(spark):  # there a DataFrame's plan is the server's: scan_report cannot ask
+                _READS.setdefault(spark, LruMap(READS_KEPT)).put((id(df), scan_reader), _Read(df, scan_reader,
+                                                                                             scan_options))
             return df
     deployment.workers_checked(spark)  # the Python reader runs in Spark's Python workers
     if columns is None:
@@ -114,6 +122,50 @@ def read_by_choice(spark: SparkSession, source: str, options: Mapping[str, str],
     read_schema = _projected(table_schema, wanted)
     df = spark.read.format(source).schema(read_schema).options(**options).load()
     return df if len(read_schema) == len(_projected(table_schema, columns)) else df.select(*_quoted(columns, df))
+
+
+@dataclass
+class _Read:
+    """A DataFrame :func:`read_by_choice` had Spark's reader read, and the reader that planned its scan."""
+
+    df: DataFrame
+    reader: Reader
+    options: ScanOptions
+    _leaves: list[tuple[Any, int]] | None = None
+
+    @property
+    def leaves(self) -> list[tuple[Any, int]]:
+        """The leaves of the DataFrame's analysed plan (JVM objects) with their hash codes, asked once."""
+        if self._leaves is None:
+            self._leaves = plan_leaves(self.df)
+        return self._leaves
+
+
+def plan_leaves(df: DataFrame) -> list[tuple[Any, int]]:
+    """The leaves of ``df``'s analysed plan (JVM objects; a file scan's is a ``LogicalRelation``), each with its
+    hash code: a DataFrame derived from another has its leaves, equal (``equals``) and of equal hash."""
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
+    found = [leaves.apply(index) for index in range(leaves.size())]
+    return [(leaf, leaf.hashCode()) for leaf in found]
+
+
+def reads_of(df: DataFrame) -> dict[Reader, ScanOptions]:
+    """The scans by Spark's reader that ``df`` reads, by the reader that planned each (with its options): each
+    leaf of ``df``'s plan that is one of a DataFrame :func:`read_by_choice` returned (among the session's newest
+    ``READS_KEPT``), by ``df``'s own read if it is such a DataFrame, else the newest read of that leaf (a DataFrame
+    of the same kept files is shared by reads alike)."""
+    kept = _READS.get(df.sparkSession)
+    if kept is None:
+        return {}
+    reads = [read for read in (kept.get(key) for key in kept) if read is not None][::-1]  # newest first
+    reads.sort(key=lambda read: read.df is not df)
+    found: dict[Reader, ScanOptions] = {}
+    for leaf, code in plan_leaves(df):
+        match = next((read for read in reads if any(c == code and other.equals(leaf) for other, c in read.leaves)),
+                     None)
+        if match is not None:
+            found[match.reader] = match.options
+    return found
 
 
 def planned_before(spark: SparkSession, options: ScanOptions) -> bool:
