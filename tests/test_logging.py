@@ -88,7 +88,7 @@ def test_workers_log_at_the_driver_level_or_the_log_level_option(session):
     assert [line for line in lines if line.startswith(f"INFO dynsource.scan.report: Dynamic filtering with handle "
                                                       f"{handles['info']} on ") and "original partition number is 3, "
                                                       "remaining partition number is 1" in line]
-    assert [line for line in lines if line.startswith("WARNING dynsource.scan.planner: dynsource: dynamic filter "
+    assert [line for line in lines if line.startswith("WARNING dynsource.scan.resolution: dynsource: dynamic filter "
                                                       f"'{handles['default']}' is not usable")]
 
 
