@@ -1,5 +1,6 @@
 """The benefit check's survey of a fact table, kept between queries of a warm session while its walk holds."""
 
+import datetime
 import os
 import time
 
@@ -138,3 +139,17 @@ def test_a_filter_on_every_level_is_judged_where_it_keeps_least(one_year):
     # Joined on month and day only, as before: the year level prunes nothing and is not judged.
     month_day = DynamicFilteringData([("month", "int"), ("day", "int")], [(2, 1), (2, 2)])
     assert benefit.no_benefit(month_day, table, 0.5) is None
+
+
+def test_a_level_the_filter_cannot_be_compared_with_ends_the_judgement_at_the_levels_above(tmp_path):
+    # The enumerator sets such a filter aside below that level (it reads all of it): only the levels above count.
+    for month in range(1, 13):
+        write(tmp_path / "year=2000" / f"month={month}" / "flag=true" / "part-0.parquet", [month])
+    table = benefit.survey(ScanOptions.parse({"path": str(tmp_path)}),
+                           {"year": "int", "month": "int", "flag": "boolean", "item": "int"})
+    day = datetime.date(2000, 1, 1)
+    data = DynamicFilteringData([("year", "int"), ("month", "int"), ("flag", "date")], [(2000, 1, day)])
+    assert benefit.no_benefit(data, table, 0.5) is None  # judged by its months, 1 of 12
+    every_month = DynamicFilteringData([("year", "int"), ("month", "int"), ("flag", "date")],
+                                       [(2000, month, day) for month in range(1, 13)])
+    assert "keeps 1 of 1 partitions of 'year'" in benefit.no_benefit(every_month, table, 0.5)

@@ -223,7 +223,10 @@ def _partitions_kept(data: DynamicFilteringData, levels: Sequence[Level], ratio:
     keeps least); None when it drops enough at one of them."""
     judged = []
     for level in levels:
-        kept = kept_by(data, level)
+        try:
+            kept = kept_by(data, level)
+        except (TypeError, ValueError):  # the enumerator sets such a filter aside: no level of it to judge
+            break
         if kept is None:
             continue
         judged.append((sum(kept) / len(kept), sum(kept), len(kept), level.columns[-1]))
