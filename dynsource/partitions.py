@@ -1,8 +1,8 @@
-"""Hive/Spark partition directory values: names, escapes, type inference and typed values.
+"""Hive/Spark partition directory values: type inference and typed values.
 
-This module is the one place that knows how Spark reads ``k=v`` directory names; the string
-CASTs it applies to their values are :mod:`dynsource.sparkcast`. It follows
-Spark 4.3 (``PartitioningUtils``, ``ExternalCatalogUtils``, ``SparkDateTimeUtils`` and the JDK parsers
+This module is the one place that knows how Spark types the values of ``k=v`` directory names (the names and their
+escapes are :mod:`dynsource.directorynames`); the string CASTs it applies to them are :mod:`dynsource.sparkcast`.
+It follows Spark 4.3 (``PartitioningUtils``, ``ExternalCatalogUtils``, ``SparkDateTimeUtils`` and the JDK parsers
 they call), legacy time parser off. It was checked value by value against those JVM functions, and the
 tests check it against ``spark.read.parquet`` under each session setting that changes the result.
 
@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dynsource import sparkcast
+from dynsource.directorynames import DEFAULT_PARTITION_NAME, unescape_path_name
 from dynsource.types import arrow_type, normalize_type
 
-DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 TIME_ZONE_SETTING = "spark.sql.session.timeZone"
 INFERENCE_SETTING = "spark.sql.sources.partitionColumnTypeInference.enabled"
 TIMESTAMP_TYPE_SETTING = "spark.sql.timestampType"
@@ -62,70 +62,6 @@ class PartitionSettings:
 
 
 DEFAULT_SETTINGS = PartitionSettings()
-
-# ---------------------------------------------------------------------------------------------
-# Directory names
-# ---------------------------------------------------------------------------------------------
-
-# ExternalCatalogUtils.charToEscape (the extra Windows-only characters are left out).
-_CHARS_TO_ESCAPE = frozenset([chr(c) for c in range(1, 32)] + list("\"#%'*/:=?\\\x7f{[]^"))
-_ESCAPE = re.compile(r"%([0-9a-fA-F]{2})")
-
-
-def parse_directory_name(name: str) -> tuple[str, str] | None:
-    """``'k=v'`` -> (unescaped column name, raw value as in the path, still escaped).
-
-    ``None`` when the name has no ``=`` or an empty column name. Splits at the first ``=``.
-    """
-    column, sep, value = name.partition("=")
-    if not sep:
-        return None
-    column = unescape_path_name(column)
-    return (column, value) if column else None
-
-
-def escape_path_name(text: str) -> str:
-    """Spark's ``ExternalCatalogUtils.escapePathName``: ``'a/b'`` -> ``'a%2Fb'``."""
-    if not any(c in _CHARS_TO_ESCAPE for c in text):
-        return text
-    return "".join(f"%{ord(c):02X}" if c in _CHARS_TO_ESCAPE else c for c in text)
-
-
-def unescape_path_name(text: str) -> str:
-    """Spark's ``ExternalCatalogUtils.unescapePathName``: ``'a%2Fb'`` -> ``'a/b'``.
-
-    Only ``%`` and two ASCII hex digits is an escape; any other ``%`` is kept as is.
-    """
-    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)), text) if "%" in text else text
-
-
-def directory_value(value: Any, zone: dt.tzinfo | None) -> str:
-    """The raw directory value (unescaped) Spark writes for a partition value: ``CAST(value AS STRING)`` in the
-    session's ``zone`` (an instant is written as its wall-clock time there), null and ``''`` as the null name."""
-    if value is None or value == "":
-        return DEFAULT_PARTITION_NAME
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            if zone is None:
-                raise ZoneUnknownError(f"Timestamp partition values need the session time zone ({TIME_ZONE_SETTING}).")
-            value = value.astimezone(zone).replace(tzinfo=None)
-        fraction = f".{value.microsecond:06d}".rstrip("0") if value.microsecond else ""
-        return f"{value.date().isoformat()} {value.hour:02d}:{value.minute:02d}:{value.second:02d}{fraction}"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Decimal):
-        return format(value, "f")
-    return str(value)
-
-
-def is_hidden(name: str) -> bool:
-    """Whether Spark skips this file or directory name when it lists a table.
-
-    Spark's ``shouldFilterOutPathName``, except that ``_metadata`` and ``_common_metadata`` are
-    hidden too: Spark keeps them only for Parquet's summary files, and we want data files.
-    """
-    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
-
 
 # ---------------------------------------------------------------------------------------------
 # Type inference (PartitioningUtils.inferPartitionColumnValue / resolveTypeConflicts)

@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dynsource import partitions
+from dynsource import directorynames, partitions
 from dynsource.filtering import DynamicFilteringData
 from dynsource.types import arrow_type
 
-NULL = partitions.DEFAULT_PARTITION_NAME
+NULL = directorynames.DEFAULT_PARTITION_NAME
 COLUMN_NAMES = ("p", "q", "r")
 DATA_COLUMN = "v"
 KINDS = ("int", "bigint", "string", "date", "timestamp", "boolean", "decimal")
@@ -108,9 +108,9 @@ RAW_VALUES: dict[str, st.SearchStrategy[str]] = {
         st.integers(-3, 12), st.integers(2**31, 2**31 + 3), st.integers(-(2**40) - 3, -(2**40)),
         st.sampled_from([2**63 - 1, -(2**63)]), st.integers(10**19, 10**19 + 2),
     ).map(str),
-    "string": _TEXT.map(partitions.escape_path_name),
+    "string": _TEXT.map(directorynames.escape_path_name),
     "date": _DATES.map(str),
-    "timestamp": _TIMESTAMPS.map(lambda stamp: partitions.escape_path_name(_timestamp_text(stamp))),
+    "timestamp": _TIMESTAMPS.map(lambda stamp: directorynames.escape_path_name(_timestamp_text(stamp))),
     "boolean": st.sampled_from(["true", "false"]),
     "decimal": st.decimals(-20, 20, places=2, allow_nan=False, allow_infinity=False).map(str),
 }
@@ -401,7 +401,7 @@ def write_table(fs: fsspec.AbstractFileSystem, root: str, table: Table) -> dict[
     """
     written = {}
     for index, (raw, files) in enumerate(table.partitions):
-        names = [partitions.escape_path_name(name) for name in table.names]
+        names = [directorynames.escape_path_name(name) for name in table.names]
         directory = "/".join([root, *(f"{name}={value}" for name, value in zip(names, raw, strict=True))])
         fs.makedirs(directory, exist_ok=True)
         paths = [f"{directory}/part-{index:03d}-{number:02d}.parquet" for number in range(len(files))]

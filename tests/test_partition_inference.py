@@ -16,15 +16,14 @@ from hypothesis import strategies as st
 
 from dynsource import partitions
 from dynsource.ddl import parse_ddl
-from dynsource.partitions import (
+from dynsource.directorynames import (
     DEFAULT_PARTITION_NAME,
     escape_path_name,
-    infer_type,
     is_hidden,
     parse_directory_name,
-    to_arrow,
     unescape_path_name,
 )
+from dynsource.partitions import infer_type, to_arrow
 
 NULL = DEFAULT_PARTITION_NAME
 UTC = dt.UTC

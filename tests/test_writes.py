@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 import dynsource
-from dynsource import partitions
+from dynsource import directorynames
 from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
@@ -41,7 +41,7 @@ def leaves(root) -> list[str]:
     """The directories holding data files, relative to ``root`` (hidden ones and Spark's _SUCCESS marker aside)."""
     return sorted(os.path.relpath(d, root) for d, _, names in os.walk(root)
                   if any(not n.startswith(("_", ".")) for n in names)
-                  and not any(partitions.is_hidden(part) for part in os.path.relpath(d, root).split(os.sep)))
+                  and not any(directorynames.is_hidden(part) for part in os.path.relpath(d, root).split(os.sep)))
 
 
 def save(df, path, mode="append", **options):

@@ -178,7 +178,7 @@ class Resolver(ConnectNames):
         qualified = f"{database}.{name}"
         try:
             definition = catalog.load_definition(self.spark, qualified)
-        except catalog.UnregisteredCatalogTable:
+        except metastore.UnregisteredCatalogTable:
             raise  # Spark would fail to read it, on a message that cannot name the table
         except ValueError:
             return None

@@ -48,7 +48,7 @@ from dynsource.dpp import benefit, dimensions, inserts, nameresolution, querypla
 from dynsource.dpp.placeholders import Frames
 from dynsource.runtime import deployment, settings
 from dynsource.scan import latechecks, options, planner
-from dynsource.spark import catalog
+from dynsource.spark import catalog, metastore
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def _pruned(spark: SparkSession, query: str, checks: latechecks.LateChecks | Non
     try:
         plan = queryplan.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes,
                             spark_prunes_local=spark_prunes_local, prepare=True, given=given)
-    except catalog.UnregisteredCatalogTable:
+    except metastore.UnregisteredCatalogTable:
         raise  # spark.sql cannot read that table either, and its error cannot name it
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
         log.warning("dynsource: the query could not be analysed for dynamic pruning, running it as written: %s",

@@ -60,7 +60,6 @@ class DynamicFilteringData:
     exceed_threshold, null_safe : bool
     is_filtering : bool
         False when exceeded: such data contains every row.
-
     parts : tuple of DynamicFilteringData
         What a row must match, each part on its own fields (:meth:`all_of`); ``(data,)`` for one part.
 
@@ -203,19 +202,13 @@ class DynamicFilteringData:
 
     @classmethod
     def unfiltered(cls) -> DynamicFilteringData:
-        """Data of no field that filters nothing (``is_filtering`` false, ``exceed_threshold`` true): what a
-        reader gets where no filter was named or the one named cannot be trusted. It cannot be published."""
+        """Data of no field that filters nothing (``is_filtering`` false): what a reader gets where no filter was
+        named or the one named cannot be trusted. It cannot be published."""
         return cls._of(exact.ExactKeys((), keyrows.empty_table(()), False), exceed_threshold=True)
 
     def field_filter(self, name: str) -> fieldview.FieldFilter:
-        """What this filter says of field ``name`` (ignoring case), for a source pushing it into its backend.
-
-        The view's ``kind`` is ``"exact"`` (``values``: the keys, as an Arrow array; ``to_pylist()``),
-        ``"range"`` (``min``, ``max``), ``"bloom"`` (a single-field Bloom filter: ``contains(value)``,
-        ``mask(values)``) or ``"none"`` (it filters nothing: non-filtering data, a field it does not have, a
-        Bloom filter over several fields, NaN bounds); ``contains`` and ``mask`` answer for every kind. A field's
-        view keeps every row the whole filter keeps (see :mod:`dynsource.filtering.fieldview`).
-        """
+        """What this filter says of field ``name`` (ignoring case), for a source pushing it into its backend: a
+        :class:`~dynsource.filtering.fieldview.FieldFilter` of kind exact, range, bloom or none."""
         return fieldview.field_filter(self, name)
 
     @property
@@ -350,42 +343,20 @@ class DynamicFilteringData:
         return self._keys.mask(candidates, keyrows.candidate_fields(self.fields, candidates))
 
     def may_overlap(self, column: str, low: Any, high: Any, value_type: pa.DataType | None = None) -> bool:
-        """Whether some filter row may have a ``column`` value within [``low``, ``high``].
+        """Whether some filter row may have a ``column`` value within [``low``, ``high``]: false means no row whose
+        ``column`` value lies there can match (row-group skipping with Parquet statistics).
 
-        Meant for row-group skipping with Parquet statistics: false means no row
-        whose ``column`` value lies in the interval can match the filter.
+        ``column`` is a filter field (ignoring case; another raises ``ValueError``). ``low`` and ``high`` are
+        scalars (``pyarrow.Scalar``) or Python values of ``value_type`` (the Parquet column's Arrow type; by default the
+        field's); a bound of a type that cannot be compared with the field's raises ``TypeError``. An unknown
+        (None) bound gives true, as do string bounds compared as another type (their order is not the values').
 
-        Parameters
-        ----------
-        column : str
-            A filter field (ignoring case).
-        low, high : Any
-            The interval, as ``pyarrow.Scalar`` or as Python values of
-            ``value_type``. ``None`` (an unknown bound) gives true, as do
-            string bounds compared as another type (their order is not the values').
-        value_type : pyarrow.DataType, optional
-            The type of Python bounds (the Parquet column's Arrow type); by
-            default the field's type.
-
-        Returns
-        -------
-        bool
-            Exact data checks its keys, range data the overlap of the intervals,
-            both in Spark's comparison type (a day of slack for time-zone-dependent
-            comparisons); float keys holding NaN always overlap, statistics
-            leaving NaN out. Bloom data of a single integral field probes each
-            value of an integral interval of at most 1024 values; otherwise true
-            (each probe is a false positive with probability ``fpp``, so the wider
-            the interval, the less often a row group is skipped). Null-safe data
-            whose rows may hold a null in ``column`` always overlaps, statistics
-            leaving nulls out.
-
-        Raises
-        ------
-        ValueError
-            ``column`` is not a field.
-        TypeError
-            The bounds' type cannot be compared with the field's type.
+        Exact data checks its keys, range data the overlap of the intervals, both in Spark's comparison type (a
+        day of slack for time-zone-dependent comparisons); float keys holding NaN always overlap, statistics
+        leaving NaN out. Bloom data of a single integral field probes each value of an integral interval of at
+        most 1024 values; otherwise true (each probe is a false positive with probability ``fpp``, so the wider
+        the interval, the less often a row group is skipped). Null-safe data whose rows may hold a null in
+        ``column`` always overlaps, statistics leaving nulls out.
         """
         if not self.is_filtering:
             return True

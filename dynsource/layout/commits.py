@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dynsource import partitions, storage
+from dynsource import directorynames, storage
 
 log = logging.getLogger(__name__)
 DIRECTORY = "_dynsource_commits"
@@ -182,7 +182,7 @@ def records(fs: Any, table: str) -> list[dict]:
     found = []
     for path in sorted(paths):
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        if partitions.is_hidden(name) or not name.endswith(".json"):
+        if directorynames.is_hidden(name) or not name.endswith(".json"):
             continue
         try:
             with storage.failing_as(f"read the commit record '{path}'"):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from dynsource import partitions, storage
+from dynsource import directorynames, storage
 from dynsource.layout import commits
 from dynsource.layout.watches import Mark, Since, Watches
 from dynsource.runtime.lru import LruMap
@@ -89,12 +89,12 @@ def _directory(entries: Iterable[tuple[str, str, int | None]]) -> Directory:
     """A :data:`Directory` from its (name, path, size) entries, size None for a sub-directory."""
     files, plain, kv, has_records = [], [], [], False
     for name, child, size in entries:
-        if partitions.is_hidden(name):
+        if directorynames.is_hidden(name):
             has_records = has_records or name == commits.DIRECTORY
         elif size is not None:
             files.append(DataFile(child, size))
         else:
-            parsed = partitions.parse_directory_name(name)
+            parsed = directorynames.parse_directory_name(name)
             if parsed is None:
                 plain.append(child)
             else:
@@ -111,7 +111,7 @@ def _read_local(path: str) -> tuple[Directory, list[str], list[os.stat_result]]:
         for entry in scan:
             if entry.is_dir():
                 entries.append((entry.name, base + entry.name, None))
-            elif not partitions.is_hidden(entry.name):
+            elif not directorynames.is_hidden(entry.name):
                 status = entry.stat()
                 entries.append((entry.name, base + entry.name, status.st_size))
                 file_paths.append(base + entry.name)

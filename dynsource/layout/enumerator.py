@@ -18,7 +18,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dynsource import partitions, storage
+from dynsource import directorynames, partitions, storage
 from dynsource.filtering import DynamicFilteringData
 from dynsource.layout import commits, directories
 from dynsource.layout.directories import DataFile
@@ -111,7 +111,7 @@ class PartitionEnumerator:
             raise ValueError(f"Option 'basePath' = '{self.base}' is not a parent directory of option 'path' = "
                              f"'{self.root}'.")
         segments = [segment for segment in directory[len(self.base):].split("/") if segment]
-        levels = [partitions.parse_directory_name(segment) for segment in segments]
+        levels = [directorynames.parse_directory_name(segment) for segment in segments]
         stray = next((segment for segment, level in zip(segments, levels, strict=True) if level is None), None)
         if stray is not None:
             raise ValueError(f"Option 'basePath': directory '{stray}' between basePath '{self.base}' and path "
@@ -178,7 +178,7 @@ class PartitionEnumerator:
             DataFile(name, int(info["size"]))
             for name, info in found.items()
             if info["type"] != "directory"
-            and not any(partitions.is_hidden(part) for part in name[prefix:].split("/"))
+            and not any(directorynames.is_hidden(part) for part in name[prefix:].split("/"))
         ]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dynsource import partitions
+from dynsource import directorynames, partitions
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class PartitionTyping:
         if type_name == "timestamp" and self.settings.time_zone is None:
             raise partitions.zone_unknown(column)
         typed = partitions.to_arrow(raw, type_name, time_zone=self.settings.time_zone, strict=False)
-        not_null = pc.not_equal(pa.array(raw, pa.string()), partitions.DEFAULT_PARTITION_NAME)
+        not_null = pc.not_equal(pa.array(raw, pa.string()), directorynames.DEFAULT_PARTITION_NAME)
         return type_name, typed, pc.and_(not_null, pc.is_null(typed))
 
 

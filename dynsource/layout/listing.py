@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
 
-from dynsource import partitions
+from dynsource import directorynames
 from dynsource.layout import commits, directories
 from dynsource.layout.directories import DataFile
 from dynsource.layout.levels import PartitionValues
@@ -108,7 +108,7 @@ def _unconvertible(column: str, type_name: str, partition: Partition, index: int
     segments = partition.path.split("/")
     # The leaf path ends with the directory of each column, deepest last (then the file, when path is one).
     depth = next((position for position in range(len(segments) - 1, -1, -1)
-                  if partitions.parse_directory_name(segments[position]) == (column, raw)), len(segments) - 1)
+                  if directorynames.parse_directory_name(segments[position]) == (column, raw)), len(segments) - 1)
     directory = "/".join(segments[:depth + 1])
     return ValueError(
         f"Partition column '{column}' is {type_name}, but directory '{directory}' has the value '{raw}', which "

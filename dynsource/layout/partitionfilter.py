@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from dynsource import partitions, types
+from dynsource import directorynames, partitions, types
 from dynsource.layout.levels import Level, LevelFilter
 
 OPTION = "partitionFilter"
@@ -333,7 +333,7 @@ def _scalar(literal: Literal, type_name: str, settings: partitions.PartitionSett
     # column compared with a DATE literal is cast to date instead: refused rather than emulated.)
     if literal.kind == "string" or _literal_type(literal, settings) == type_name:
         try:
-            escaped = partitions.escape_path_name(literal.value)
+            escaped = directorynames.escape_path_name(literal.value)
             return partitions.to_arrow([escaped], type_name, time_zone=settings.time_zone)[0]
         except partitions.ZoneUnknownError:
             raise

@@ -24,7 +24,6 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import fsspec
 from pyspark.sql import DataFrame, SparkSession
@@ -57,11 +56,6 @@ _changes = itertools.count(1)
 changes = 0  # registrations and drops by this process, counted: a name resolved before one may mean another table
 # Definitions as read in a session (its settings typing partition values), by definition and settings.
 _in_session: LruMap[tuple[TableDefinition, TableDefinition]] = LruMap(256)
-
-
-class UnregisteredCatalogTable(TableDefinitionError):
-    """A catalog table of the plain ``dynsource`` source (``saveAsTable``, ``CREATE TABLE ... USING dynsource``):
-    Spark reads it with no option at all, so no door can; the message names the registration to make."""
 
 
 def _changed() -> None:
@@ -233,7 +227,7 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     TableDefinitionError
         The table is not in Spark's catalog, or it has no definition, or that cannot
         be read; the message names the table and the location.
-    UnregisteredCatalogTable
+    metastore.UnregisteredCatalogTable
         The table is a catalog table of the ``dynsource`` source itself, which Spark made
         (``saveAsTable``...); the message names the ``register_table`` call that makes it readable.
     """
@@ -243,28 +237,11 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
     except TableDefinitionError:
         recorded = metastore.provider(spark, table)
         if recorded is not None and recorded.lower() == DynsourceDataSource.name():
-            raise _unregistered(spark, table) from None
+            raise metastore.unregistered_table(spark, table) from None
         if recorded is not None or spark.catalog.tableExists(table):
             raise
         raise TableDefinitionError(f"Table '{table}' is not registered: register it first with "
                                    f"dynsource.register_table(spark, '{name}', path=...).") from None
-
-
-def _unregistered(spark: SparkSession, table: str) -> UnregisteredCatalogTable:
-    # Spark calls the source of saveAsTable and writeTo(...).create() as it calls that of save(), with the path and
-    # without the table's name: it writes the files, and the catalog records a table at the path that Spark then
-    # reads with no option, neither the path nor the write's options.
-    recorded = metastore.location(spark, table)
-    path = unquote(urlparse(recorded).path) if recorded and recorded.startswith("file:") else recorded or "..."
-    return UnregisteredCatalogTable(
-        f"Table '{table}' is a catalog table of data source 'dynsource' at '{path}', as "
-        "df.write.format('dynsource').saveAsTable(...), df.writeTo(...).using('dynsource').create() and CREATE TABLE "
-        "... USING dynsource leave one: Spark gives a Python data source neither a catalog table's name nor its "
-        "location, so no door can read it (spark.table fails on \"Option 'path' is required\"). Register it over "
-        f"its files: dynsource.register_table(spark, '{table}', path='{path}', replace=True), with the reader "
-        "options its files need (format, partitionColumns...). A new table is written with "
-        "dynsource.write(df, path), then registered so."
-    )
 
 
 def in_session(spark: SparkSession, definition: TableDefinition) -> TableDefinition:

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -25,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from dynsource.runtime import deployment
 from dynsource.runtime.lru import LruMap
+from dynsource.spark.tablesource import TableDefinitionError
 
 IDENTIFIERS_KEPT = 256
 
@@ -302,3 +304,26 @@ def _recorded_provider(session: SessionCatalog, table: str) -> str | None:
         if error.java_exception.getClass().getName() == "java.util.NoSuchElementException":
             return None  # no provider recorded: a view, a Hive table
         raise
+
+
+class UnregisteredCatalogTable(TableDefinitionError):
+    """A catalog table of the plain ``dynsource`` source (``saveAsTable``, ``CREATE TABLE ... USING dynsource``):
+    Spark reads it with no option at all, so no door can; the message names the registration to make."""
+
+
+def unregistered_table(spark: SparkSession, table: str) -> UnregisteredCatalogTable:
+    """The error for catalog table ``table`` of the ``dynsource`` source itself, naming the registration to make."""
+    # Spark calls the source of saveAsTable and writeTo(...).create() as it calls that of save(), with the path and
+    # without the table's name: it writes the files, and the catalog records a table at the path that Spark then
+    # reads with no option, neither the path nor the write's options.
+    recorded = location(spark, table)
+    path = unquote(urlparse(recorded).path) if recorded and recorded.startswith("file:") else recorded or "..."
+    return UnregisteredCatalogTable(
+        f"Table '{table}' is a catalog table of data source 'dynsource' at '{path}', as "
+        "df.write.format('dynsource').saveAsTable(...), df.writeTo(...).using('dynsource').create() and CREATE TABLE "
+        "... USING dynsource leave one: Spark gives a Python data source neither a catalog table's name nor its "
+        "location, so no door can read it (spark.table fails on \"Option 'path' is required\"). Register it over "
+        f"its files: dynsource.register_table(spark, '{table}', path='{path}', replace=True), with the reader "
+        "options its files need (format, partitionColumns...). A new table is written with "
+        "dynsource.write(df, path), then registered so."
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from dynsource import partitions
+from dynsource import directorynames
 from dynsource.layout import abandoned
 from dynsource.runtime import deployment
 from dynsource.scan import files
@@ -93,7 +93,7 @@ def _has_data(options: ScanOptions) -> bool:
         listed = fs.ls(root, detail=False)
     except FileNotFoundError:
         return False
-    return any(not partitions.is_hidden(path.rstrip("/").rsplit("/", 1)[-1]) for path in listed)
+    return any(not directorynames.is_hidden(path.rstrip("/").rsplit("/", 1)[-1]) for path in listed)
 
 
 def vacuum(target: str, *, spark: SparkSession | None = None, older_than_s: float = DEFAULT_ABANDONED_AGE_MS / 1000,

@@ -24,7 +24,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from dynsource import partitions, sparkcast, storage
+from dynsource import directorynames, partitions, sparkcast, storage
 from dynsource.layout import commits
 from dynsource.layout.enumerator import DynamicPartitionEnumerator, PartitionEnumerator
 from dynsource.layout.levels import Level, PartitionTyping, PartitionValues
@@ -199,7 +199,7 @@ def _check_values(fs: Any, root: str, target: WriteTarget, directories: Sequence
         if bad is not None:
             raise ValueError(
                 f"Partition column '{column}' of table '{target.url}' is {type_name} (inferred from its "
-                f"directories), but the rows to write have the value '{partitions.unescape_path_name(bad)}', which "
+                f"directories), but the rows to write have the value '{directorynames.unescape_path_name(bad)}', which "
                 f"cannot be converted to {type_name}; nothing was written. Fix or cast the value, or declare the "
                 f"column's type with option partitionColumns (e.g. '{column} STRING') on every read of the table.")
 
@@ -223,7 +223,7 @@ def _data_files(fs: Any, root: str, directories: Sequence[str]) -> list[str]:
         except FileNotFoundError:
             continue
         relative = [path[len(root) + 1:] for path in paths]
-        found += [path for path in relative if not any(partitions.is_hidden(part) for part in path.split("/"))
+        found += [path for path in relative if not any(directorynames.is_hidden(part) for part in path.split("/"))
                   and not records.hides(path)]
     return found
 

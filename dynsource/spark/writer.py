@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ import pyarrow.orc as porc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from dynsource import partitions
+from dynsource import directorynames, partitions
 from dynsource.layout import abandoned, commits
 from dynsource.scan import files
 from dynsource.spark.writeplan import WriteTarget
@@ -221,8 +222,8 @@ def _segments(values: pa.ChunkedArray, column: str, zone: dt.tzinfo | None) -> p
     """``column=value`` for each row, as Spark names the directory: the value as Spark casts it to a string (a
     timestamp in the session's ``zone``), escaped; null and '' are Spark's null name."""
     distinct = pc.unique(values)
-    names = [partitions.escape_path_name(partitions.directory_value(value, zone)) for value in distinct.to_pylist()]
-    prefix = partitions.escape_path_name(column) + "="
+    names = [directorynames.escape_path_name(directory_value(value, zone)) for value in distinct.to_pylist()]
+    prefix = directorynames.escape_path_name(column) + "="
     return pc.binary_join_element_wise(prefix, pc.take(pa.array(names, pa.string()), pc.index_in(values, distinct)),
                                        "")
 
@@ -266,3 +267,21 @@ def _directories(messages: Sequence[TaskFiles]) -> list[str]:
     return sorted({written.directory for _, written in _files(messages)})
 
 
+def directory_value(value: Any, zone: dt.tzinfo | None) -> str:
+    """The raw directory value (unescaped) Spark writes for a partition value: ``CAST(value AS STRING)`` in the
+    session's ``zone`` (an instant is written as its wall-clock time there), null and ``''`` as the null name."""
+    if value is None or value == "":
+        return directorynames.DEFAULT_PARTITION_NAME
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            if zone is None:
+                raise partitions.ZoneUnknownError(
+                    f"Timestamp partition values need the session time zone ({partitions.TIME_ZONE_SETTING}).")
+            value = value.astimezone(zone).replace(tzinfo=None)
+        fraction = f".{value.microsecond:06d}".rstrip("0") if value.microsecond else ""
+        return f"{value.date().isoformat()} {value.hour:02d}:{value.minute:02d}:{value.second:02d}{fraction}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
