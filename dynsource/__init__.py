@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from dynsource.scan.report import ScanReport
     from dynsource.spark.catalog import drop_table, register_table, register_tables, table
     from dynsource.spark.dynamicfiltering import SupportsDynamicFiltering, dynamic_filter
+    from dynsource.spark.pythonsources import register_filtering_source
     from dynsource.spark.source import DynsourceDataSource
     from dynsource.spark.tablewrites import vacuum, write
 
@@ -52,6 +53,7 @@ _PUBLIC = {
     "expire": "dynsource.filtering.handles",
     "explain_sql": "dynsource.dpp.query",
     "publish": "dynsource.filtering.handles",
+    "register_filtering_source": "dynsource.spark.pythonsources",
     "register_table": "dynsource.spark.catalog",
     "register_tables": "dynsource.spark.catalog",
     "resolve": "dynsource.filtering.handles",
@@ -79,6 +81,7 @@ __all__ = [
     "explain_sql",
     "publish",
     "register",
+    "register_filtering_source",
     "register_table",
     "register_tables",
     "resolve",

@@ -284,9 +284,53 @@ def views(spark, dynsource, paths):
     result["cluster_views_persistent replaced"] = run("cluster_views_persistent")
     return result
 
+def own_source(spark, dynsource, paths):
+    """A catalog table of a Python data source of one's own (SQLite, ``tests/sources``) pruned by dynsource.sql and
+    dynamic_join: classic learns the class from the session, Spark Connect is told it by
+    dynsource.register_filtering_source. Rows equal spark.sql's; the rows the source fetched are counted."""
+    from pyspark import cloudpickle
+
+    from tests.sources import sqlite_source
+
+    cloudpickle.register_pickle_by_value(sqlite_source)  # the server and the executors need not import the tests
+    root = Path(tempfile.mkdtemp(prefix="own-source-"))
+    database, counts = root / "sales.db", root / "counts"
+    counts.mkdir()
+    sqlite_source.write_table(database, "facts", "k", "bigint",
+                              [(sk, sk * 10 + index) for sk in range(1, CUSTOMERS + 1) for index in range(4)])
+    source = sqlite_source.catalog_source("cluster_sqlite_sales", database=str(database), table="facts", key="k",
+                                          keyType="bigint", countsDir=str(counts))
+    if spark.__class__.__module__.startswith("pyspark.sql.connect"):
+        dynsource.register_filtering_source(spark, source)
+    else:
+        spark.dataSource.register(source)
+    spark.sql("DROP TABLE IF EXISTS cluster_own_sales")
+    spark.sql("CREATE TABLE cluster_own_sales USING cluster_sqlite_sales")
+    spark.read.parquet(paths["customer"]).createOrReplaceTempView("cluster_customers")
+
+    def fetched() -> int:
+        figures = [json.loads(path.read_text()) for path in counts.glob("*.json")]
+        for path in counts.glob("*.json"):
+            path.unlink()
+        return sum(figure["rows"] for figure in figures)
+
+    query = (f"SELECT c.c_state, count(*), sum(s.v) FROM cluster_own_sales s JOIN cluster_customers c "
+             f"ON s.k = c.c_customer_sk WHERE c.c_state = '{STATE}' GROUP BY c.c_state")
+    expected, whole = rows(spark.sql(query)), fetched()
+    pruned = dynsource.sql(spark, query)
+    result = {"equal": rows(pruned) == expected, "whole": whole, "pruned": fetched(),
+              "report": str(dynsource.scan_report(pruned))}
+    customers = spark.table("cluster_customers").where(f"c_state = '{STATE}'")
+    joined = dynsource.dynamic_join("cluster_own_sales", customers, {"k": "c_customer_sk"})
+    table = spark.table("cluster_own_sales")
+    native = table.join(customers, table.k == customers.c_customer_sk)
+    result["dynamic_join"] = {"pruned": (rows(joined), fetched())[1], "equal": rows(joined) == rows(native)}
+    return result
+
 
 FLOWS: dict[str, Flow] = {flow.__name__: flow for flow in (demo_join, row_filter, dynamic_join, catalog_sql, auto_dpp,
-                                                           late_filter, s3_store, readers, names_change, views)}
+                                                           late_filter, s3_store, readers, names_change, views,
+                                                           own_source)}
 
 
 class _Records(logging.Handler):

@@ -157,6 +157,16 @@ def test_views_over_a_registered_table_are_seen_through_where_the_client_reads_t
                     "default.cluster_views_sales, and over Spark Connect") in result["report"], result
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_python_data_source_of_ones_own_is_pruned_by_dynsource_sql_and_dynamic_join(request, mode):
+    """The SQLite source's catalog table: the class learned from the session (classic) or given once by
+    register_filtering_source (Spark Connect); the executors fetch only the 50 customers' rows of 500."""
+    result = flow(request, mode, "own_source")
+    assert result["equal"] and result["dynamic_join"]["equal"], result
+    assert result["whole"] == 4 * 500 and result["pruned"] == result["dynamic_join"]["pruned"] == 4 * 50, result
+    assert "cluster_own_sales (s.k) <- " in result["report"], result
+
+
 def test_executors_never_open_a_filter_store(cluster, classic, connect):
     assert cluster.worker_home.is_dir()
     assert not (cluster.worker_home / ".cache" / "dynsource").exists()

@@ -48,9 +48,14 @@ def test_the_own_source_example_runs_as_written_in_order(spark, tmp_path, monkey
     names every option dynamic_filter reads."""
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    run_blocks(OWN_SOURCE, namespace)
+    try:
+        run_blocks(OWN_SOURCE, namespace)
+    finally:
+        spark.sql("DROP TABLE IF EXISTS orders")
     assert (namespace["orders"].count(), namespace["joined"].count()) == (40, 40)
     assert namespace["everything"].load().count() == 1000
+    (assignment,) = dynsource.scan_report(namespace["pruned"]).assignments
+    assert assignment.scan == "default.orders AS o" and assignment.keys == 2
     text = OWN_SOURCE.read_text()
     assert all(f"`{name}`" in text for name in resolution.OPTION_NAMES)
 

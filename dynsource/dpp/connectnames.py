@@ -51,7 +51,7 @@ from dynsource.dpp.sqltree import TEMPORARY
 from dynsource.runtime import deployment
 from dynsource.runtime.lru import LruMap
 from dynsource.scan import latechecks
-from dynsource.spark import catalog, metastore
+from dynsource.spark import catalog, metastore, pythonsources
 
 log = logging.getLogger(__name__)
 _CONNECT_LOOKUPS = 8  # a query's names looked up at once over Spark Connect
@@ -213,7 +213,9 @@ class ConnectNames:
                 return Relation(database, name, definition.schema, definition), current_database
             except ValueError:
                 pass  # its definition is gone: read as Spark reads it
-        return Relation(database, name, schema, view_of=_view_of(source, f"{database}.{name}")), current_database
+        view_of = _view_of(source, f"{database}.{name}")
+        python = None if view_of is not None else pythonsources.python_source(self.spark, source)
+        return Relation(database, name, schema, view_of=view_of, source=python), current_database
 
     def _connect_view(self, parts: tuple[str, ...]) -> tuple[tuple[str, ...], metastore.ViewDefinition] | None:
         """Over Spark Connect, the persistent view over a registered table that ``parts`` names, as the server

@@ -11,10 +11,12 @@ from dynsource.dpp import snapshots
 
 @dataclass(frozen=True)
 class TableInfo:
-    """What detection knows of a table: its columns and Spark SQL types, and whether dynsource reads it."""
+    """What detection knows of a table: its columns and Spark SQL types, and whether a dynamic filter can prune it
+    (a dynsource table; a table of a Python data source that takes one, on its ``accepted`` fields only)."""
 
     columns: Mapping[str, str]
     dynsource: bool = False
+    accepted: frozenset[str] | None = None  # lower case; None: every column
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dynsource.dpp import benefit, queryreport
@@ -21,7 +21,7 @@ from dynsource.dpp.benefit import DEFAULT_FALLBACK_FILTER_RATIO
 from dynsource.filtering import collector, handles
 from dynsource.filtering.filterstore import FilterStore
 from dynsource.scan.options import ScanOptions, filter_options, session_options
-from dynsource.spark import catalog, filereader
+from dynsource.spark import catalog, filereader, metastore, pythonsources
 from dynsource.spark.source import DynsourceDataSource
 
 _JOIN_TYPES = {
@@ -37,12 +37,13 @@ _PRUNING = ("inner", "left_semi", "right")
 
 
 def dynamic_join(
-    fact: str | DataFrame,
+    fact: str | DataFrame | None,
     dim: DataFrame | Sequence[tuple[DataFrame, Mapping[str, str] | Sequence[tuple[str, str]]]],
     on: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     how: str = "inner",
     *,
     options: Mapping[str, str] | None = None,
+    format: str | None = None,
     fallback_filter_ratio: float = DEFAULT_FALLBACK_FILTER_RATIO,
     **collect_options,
 ) -> DataFrame:
@@ -50,10 +51,13 @@ def dynamic_join(
 
     Parameters
     ----------
-    fact : str or DataFrame
+    fact : str or DataFrame or None
         The fact table: an fsspec URL or path of a Hive-partitioned table, the
-        name of a table registered with :func:`dynsource.register_table`, or a
-        DataFrame :func:`dynsource.table` returned (its table, options and columns).
+        name of a table registered with :func:`dynsource.register_table` or of a
+        catalog table of a Python data source implementing
+        :class:`dynsource.SupportsDynamicFiltering`, or a DataFrame
+        :func:`dynsource.table` returned (its table, options and columns); None
+        with ``format``.
     dim : DataFrame, or sequence of (DataFrame, on)
         The dimension side (usually filtered), or several dimensions with their
         keys (a star, e.g. ``[(dates, {"ss_sold_date_sk": "d_date_sk"}), (stores,
@@ -79,7 +83,14 @@ def dynamic_join(
         ``left_semi`` and ``right`` prune; ``full``, ``left`` and ``left_anti``
         (which keep fact rows without a match) and ``cross`` run unpruned.
     options : mapping, optional
-        More reader options for the fact table (see ``DynsourceDataSource``).
+        More reader options for the fact table (see ``DynsourceDataSource``, or
+        the Python data source's own).
+    format : str, optional
+        The fact is ``spark.read.format(format).options(**options).load()``: the
+        name a Python data source implementing :class:`dynsource.SupportsDynamicFiltering`
+        is registered under (``fact`` is then None). Such a fact, by name or
+        format, is pruned on the fields it accepts; its reads have no partitions
+        to judge the benefit on, so every filter not exceeded is applied.
     fallback_filter_ratio : float, default 0.5
         Benefit check, as Spark's ``fallbackFilterRatio``: when the keys keep
         more than this share of the fact's top-level partitions, the scan is
@@ -94,14 +105,20 @@ def dynamic_join(
         a query ran) or why it was not: a ``ScanReport`` for one dimension, a
         ``QueryReport`` for a star.
     """
-    fact, options, columns = _fact(fact, options)
     dims, shared = _dimensions(dim, on)
     join_type = _JOIN_TYPES.get(how.lower().replace(" ", ""))
     if join_type is None:
         raise ValueError(f"Join type '{how}' is not supported; expected one of {sorted(_JOIN_TYPES)}.")
     spark = dims[0][0].sparkSession
+    source = _python_fact(spark, fact, format, options)
+    if source is None:
+        fact, options, columns = _fact(fact, options)
     base_options = dict(options or {})
-    if _is_path(fact):  # a registered table's definition carries the session's settings; a path is given them here
+    if source is not None:
+        columns, fact_options = None, None
+        fact_schema = _source_read(spark, fact, format, base_options).schema
+        source_table, fact = fact, fact or f"format '{format}'"  # the fact's name in the reports
+    elif _is_path(fact):  # a registered table's definition carries the session's settings; a path is given them here
         base_options = {**session_options(spark, base_options), **base_options}
         fact_options = ScanOptions.parse({**base_options, "path": fact})
         fact_schema = DynsourceDataSource({**base_options, "path": fact}).table_schema()
@@ -120,11 +137,15 @@ def dynamic_join(
         # $DYNSOURCE_FILTER_STORE set since then would send the planner to another store.
         store = FilterStore.of(collect_options.pop("store", None), collect_options.pop("storage_options", None))
         types = {f.name: f.dataType.simpleString() for f in fact_schema.fields}
-        applied, notes = _worth_applying(fact, fact_options, dims, types, store, fallback_filter_ratio,
+        survey = None if source is not None else benefit.survey(fact_options, types)
+        applied, notes = _worth_applying(fact, survey, source, dims, types, store, fallback_filter_ratio,
                                          collect_options)
         if applied is not None:
             read_options = {**base_options, **filter_options(applied.handle, store)}
-    fact_df = _read(spark, fact, read_options, fact_schema, columns)
+    if source is not None:
+        fact_df = _source_read(spark, source_table, format, read_options)
+    else:
+        fact_df = _read(spark, fact, read_options, fact_schema, columns)
     joined = fact_df
     for (d, pairs), named in zip(dims, shared, strict=True):
         condition = [f for f, _ in pairs] if named else functools.reduce(
@@ -183,19 +204,23 @@ def _check_fact_columns(fact: str, columns: list[str], dims) -> None:
                          f"'{fact}': {columns}.")
 
 
-def _worth_applying(fact, fact_options, dims, types, store, ratio, collect_options):
-    """The assignment of the dimensions whose filters pay, the parts of one filter on the scan, and notes."""
+def _worth_applying(fact, survey, source, dims, types, store, ratio, collect_options):
+    """The assignment of the dimensions whose filters pay (judged on the fact's ``survey``; None for a Python data
+    ``source``, which has no partitions to judge on), the parts of one filter on the scan, and notes."""
     def candidate(index: int, d: DataFrame, pairs: list[tuple[str, str]]) -> benefit.Candidate:
         def collect():
+            refused = [] if source is None else [f for f, _ in pairs if f.lower() not in source.accepted]
+            if refused:
+                return None, (f"not collected: data source '{source.name}' accepts a dynamic filter on "
+                              f"{sorted(source.accepted)} only, not on {refused}")
             return collector.collect_data(d, pairs, types={f: types[f] for f, _ in pairs}, **collect_options), None
 
         described = f"{fact} ({', '.join(f for f, _ in pairs)}) <- dimension {index} ({', '.join(c for _, c in pairs)})"
         return benefit.Candidate(described, [f for f, _ in pairs], collect)
 
     started = time.perf_counter()
-    choice = benefit.worth_applying(
-        [candidate(index, d, pairs) for index, (d, pairs) in enumerate(dims)],
-        benefit.survey(fact_options, types), ratio)
+    choice = benefit.worth_applying([candidate(index, d, pairs) for index, (d, pairs) in enumerate(dims)], survey,
+                                    ratio)
     notes = [reason if len(dims) == 1 else f"{label}: {reason}" for label, reason in choice.declined]
     if choice.data is None:
         return None, notes
@@ -215,6 +240,33 @@ def _fact(fact: str | DataFrame, options: Mapping[str, str] | None) -> tuple[str
                          "of dynsource.table(spark, name); this DataFrame is none of them.")
     return read.table, {**dict(read.options), **dict(options or {})}, None if read.columns is None else list(
         read.columns)
+
+
+def _python_fact(spark: SparkSession, fact: str | DataFrame | None, format: str | None,
+                 options: Mapping[str, str] | None) -> pythonsources.FilteringSource | None:
+    """The Python data source taking a dynamic filter that reads the fact (by ``format``, or a catalog table of
+    one); None for a dynsource fact."""
+    if format is not None:
+        if fact is not None:
+            raise ValueError("dynamic_join() takes either a fact table or format=..., not both.")
+        found = pythonsources.python_source(spark, format, options)
+        if found is None or not found.filters:
+            raise ValueError(f"dynamic_join(format={format!r}): no Python data source implementing "
+                             "dynsource.SupportsDynamicFiltering is registered under that name in this session "
+                             "(register it with spark.dataSource.register; over Spark Connect with "
+                             "dynsource.register_filtering_source).")
+        return found
+    if not isinstance(fact, str) or _is_path(fact):
+        return None
+    found = pythonsources.python_source(spark, metastore.provider(spark, catalog.qualified_name(spark, fact)))
+    return found if found is not None and found.filters else None
+
+
+def _source_read(spark: SparkSession, table: str | None, format: str | None,
+                 options: Mapping[str, str]) -> DataFrame:
+    """A Python data source's fact: its catalog ``table``, or ``format`` read with ``options``."""
+    reader = spark.read.options(**options)
+    return reader.table(table) if table is not None else reader.format(format).load()
 
 
 def _read(spark, fact: str, options: Mapping[str, str], schema: StructType,

@@ -19,6 +19,7 @@ resolved are given on trust and confirmed beside the query (:mod:`dynsource.dpp.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +36,7 @@ from dynsource.dpp.relation import Relation
 from dynsource.dpp.sqltree import TEMPORARY
 from dynsource.runtime import deployment
 from dynsource.scan import latechecks
-from dynsource.spark import catalog, metastore
+from dynsource.spark import catalog, metastore, pythonsources
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +166,11 @@ class Resolver(ConnectNames):
 
     def _catalog_relation(self, database: str, name: str) -> Relation | None:
         definition = self.definition(database, name)
-        if definition is None:  # whatever Spark reads under that name, it is not dynsource's
-            return self._relation(database, name, metastore.quoted(database, name))
-        return Relation(database, name, definition.schema, definition)
+        if definition is not None:
+            return Relation(database, name, definition.schema, definition)
+        relation = self._relation(database, name, metastore.quoted(database, name))
+        source = pythonsources.python_source(self.spark, metastore.provider(self.spark, f"{database}.{name}"))
+        return relation if relation is None or source is None else dataclasses.replace(relation, source=source)
 
     def definition(self, database: str, name: str) -> catalog.TableDefinition | None:
         """The definition of the registered dynsource table ``database.name`` of the session catalog; None when

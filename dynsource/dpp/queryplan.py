@@ -56,6 +56,7 @@ from dynsource.scan.options import filter_options
 from dynsource.scan.origin import Reader
 from dynsource.scan.planner import plan_scan
 from dynsource.spark import catalog, filereader
+from dynsource.spark.pythonsources import FilteringSource
 
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256
@@ -83,6 +84,7 @@ class Plan:
     pinned: list[snapshots.Pin] = field(default_factory=list)  # the dimension sources the query reads from snapshots
     prepared: dict[detection.FactScan, str] = field(default_factory=dict)  # placeholders of reads made in plan()
     is_query: bool = False  # the text is a query: spark.sql analyses it and runs nothing (not INSERT, CACHE, ...)
+    sources: set[str] = field(default_factory=set)  # the fact tables of Python data sources that take a filter
 
     @property
     def report(self) -> QueryReport:
@@ -96,8 +98,7 @@ class Plan:
         """
         edits = [(pin.start, pin.end, pin.reference) for pin in self.pinned]
         for scan, options in self.reads:
-            name = self.prepared.get(scan) or self.frames.add("fact", catalog.read_table(spark, scan.table, options,
-                                                                                         scan.columns))
+            name = self.prepared.get(scan) or self.frames.add("fact", _read(spark, scan, options, self.sources))
             edits.append((scan.start, scan.end, name + ("" if scan.written_alias else f" AS {scan.alias}")))
         pieces, position = [], 0
         for start, end, text in sorted(edits):
@@ -111,6 +112,8 @@ class Plan:
     def plan_scans(self, spark: SparkSession) -> None:
         """Plan each scan here, as Spark would before running the query, so that the report has its figures."""
         for scan, options in self.reads:
+            if scan.table in self.sources:
+                continue  # planned by its own source, which reports nothing to dynsource
             definition = catalog.load_definition(spark, scan.table)
             schema = definition.schema
             if scan.columns is not None:
@@ -143,6 +146,11 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     relations = resolver.resolve_all(references)
     result.notes += _connect_views(relations, resolver.global_database)
     tables, definitions = _table_infos(relations)
+    sources = {relation.key: relation.source for relation in relations if relation is not None and relation.source}
+    result.notes += [f"{table}: data source '{source.name}' does not implement dynsource.SupportsDynamicFiltering: "
+                     "Spark reads it as the query says" for table, source in sources.items() if not source.filters]
+    sources = {table: source for table, source in sources.items() if source.filters}
+    result.sources = set(sources)
     # The current database qualifies only a one-part name that resolved to nothing here (missing, another catalog's);
     # over Spark Connect asking it is a round trip.
     unresolved = any(relation is None and len(parts) == 1
@@ -154,7 +162,7 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     for pruning in detected.prunings:
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
-    facts = _Facts(spark, tables, definitions)
+    facts = _Facts(spark, tables, definitions, sources)
     case_sensitive = (settings.get(spark, CASE_SENSITIVE) or "false").strip().lower() == "true"
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         collected = set()
@@ -170,8 +178,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         resolver.confirm_unread(before_given=bool(collected))  # the dimensions' columns type the keys collected
         statics = {scan: _static_filter(scan, facts) for scan in by_scan}
         if prepare:
-            _prepare_uncollected(spark, [scan for scan in by_scan if scan not in collected], statics, definitions,
-                                 result)
+            uncollected = [scan for scan in by_scan if scan not in collected and scan.table in definitions]
+            _prepare_uncollected(spark, uncollected, statics, definitions, result)
         _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
     if not detected.prunings and not result.notes and not result.assignments:  # else they say what pruned
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
@@ -202,7 +210,7 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[detection.FactScan
 
 def _static_filter(scan: detection.FactScan, facts: _Facts) -> str | None:
     """The scan's ``partitionFilter`` from the query's own predicates, None without any."""
-    if not scan.predicates:
+    if not scan.predicates or scan.table in facts.sources:  # a source's own pushdown takes the query's predicates
         return None
     definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
     return partition_filter(scan, definition.scan_options, columns, facts.survey(scan.table).columns)
@@ -214,7 +222,7 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
     """Each scan's read options (its filters worth applying, its ``statics`` partitionFilter) and report, into
     ``result``."""
     for scan, prunings in by_scan.items():
-        shape = facts.survey(scan.table) if prunings else None
+        shape = facts.survey(scan.table) if prunings and scan.table in facts.definitions else None
         static = statics[scan]
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
@@ -225,6 +233,8 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
         if options:
             result.reads.append((scan, options))
             assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
+        elif scan.table in facts.sources:
+            pass  # read as the query names it
         else:  # read whole: said here, where the query is known, and only where a predicate could have pruned
             result.reads.append((scan, dict(WHOLE)))
             if scan.predicates:
@@ -241,6 +251,7 @@ class _Facts:
     spark: SparkSession
     tables: Mapping[str, detection.TableInfo]
     definitions: Mapping[str, catalog.TableDefinition]
+    sources: Mapping[str, FilteringSource]
     _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
     _readers: dict[str, str | None] = field(default_factory=dict)
 
@@ -261,8 +272,11 @@ class _Facts:
 
 
 def _not_collected(facts: _Facts, pruning: detection.Pruning, min_bytes: int, spark_prunes_local: bool) -> str | None:
-    """Why ``pruning``'s keys are not collected (:func:`benefit.left_to_spark`, :func:`benefit.not_worth_collecting`);
-    None when they are."""
+    """Why ``pruning``'s keys are not collected (:func:`benefit.left_to_spark`, :func:`benefit.not_worth_collecting`,
+    a field a Python data source does not accept); None when they are."""
+    source = facts.sources.get(pruning.fact.table)
+    if source is not None:
+        return _not_accepted(source, pruning.fact_columns)
     if facts.reader(pruning.fact.table) != "spark":
         return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
     survey = facts.survey(pruning.fact.table)
@@ -275,6 +289,23 @@ def _not_collected(facts: _Facts, pruning: detection.Pruning, min_bytes: int, sp
                     and filereader.planned_before(facts.spark, facts.definitions[pruning.fact.table].scan_options))
     return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
             or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
+
+
+def _not_accepted(source: FilteringSource, columns: Sequence[str]) -> str | None:
+    """Why a filter on ``columns`` cannot prune a scan of ``source``; None when it accepts them all."""
+    refused = [column for column in columns if column.lower() not in source.accepted]
+    if not refused:
+        return None
+    return (f"not collected: data source '{source.name}' accepts a dynamic filter on {sorted(source.accepted)} only, "
+            f"not on {refused}")
+
+
+def _read(spark: SparkSession, scan: detection.FactScan, options: Mapping[str, str], sources: set[str]) -> DataFrame:
+    """The scan's table read with ``options``: a dynsource table by :func:`catalog.read_table`, a Python data
+    source's table as Spark reads it with the options added (they reach the source, as a reference's ``WITH``)."""
+    if scan.table in sources:
+        return spark.read.options(**options).table(scan.table)
+    return catalog.read_table(spark, scan.table, options, scan.columns)
 
 
 def _assign(scan: detection.FactScan, prunings: list[detection.Pruning], survey: benefit.Survey,
@@ -335,7 +366,7 @@ def _detect(query: str, tables: Mapping[str, detection.TableInfo], database: str
     nothing else (3-15 ms of a TPC-DS query's, sqlglot's qualification)."""
     resolved = tuple(relation.key if relation is not None else None for relation in relations)
     key = (query, database, resolved,
-           tuple((name, tuple(info.columns.items()), info.dynsource) for name, info in tables.items()))
+           tuple((name, tuple(info.columns.items()), info.dynsource, info.accepted) for name, info in tables.items()))
     detected = _detections.get(key)
     if detected is None:
         parsed = sqlglot.parse_one(query, read="spark")
@@ -388,8 +419,9 @@ def _table_infos(relations: Sequence[Relation | None]) -> tuple[
             continue
         if relation.definition is not None:
             definitions[relation.key] = relation.definition
-        infos[relation.key] = detection.TableInfo({f.name: f.dataType.simpleString() for f in relation.schema.fields},
-                                                 relation.definition is not None)
+        columns = {f.name: f.dataType.simpleString() for f in relation.schema.fields}
+        accepted = relation.source.accepted if relation.source else None
+        infos[relation.key] = detection.TableInfo(columns, relation.prunable, accepted)
     return infos, definitions
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pyspark.sql.types import StructType
 
 from dynsource.spark import catalog
+from dynsource.spark.pythonsources import FilteringSource
 
 
 @dataclass(frozen=True)
@@ -17,12 +18,18 @@ class Relation:
     name: str
     schema: StructType
     definition: catalog.TableDefinition | None = None  # set for a registered dynsource table
+    source: FilteringSource | None = None  # set for a table of a Python data source
     # The registered table a view reads, where a Spark Connect lookup shows one.
     view_of: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.database}.{self.name}"
+
+    @property
+    def prunable(self) -> bool:
+        """Whether a dynamic filter can prune this relation's scans: a registered table, a filtering source's."""
+        return self.definition is not None or (self.source is not None and self.source.filters)
 
     @property
     def read_by_dynsource(self) -> bool:

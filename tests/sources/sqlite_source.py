@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import CaseInsensitiveDict, DataSource, DataSourceReader, InputPartition
 
 import dynsource
 from dynsource import DynamicFilteringData
@@ -184,3 +184,14 @@ def _pruned(low: Any, high: Any, keys: FieldFilter, key_type: str, payload: byte
     if keys.min is None or keys.max < low or high < keys.min:
         return None
     return KeyRange(low, high, between=(max(low, keys.min), min(high, keys.max)))
+
+
+def catalog_source(name: str, **defaults: str) -> type[SqliteKeysSource]:
+    """The source under ``name`` reading one SQLite table, for a catalog table (``CREATE TABLE t USING name``):
+    Spark gives a catalog table's Python source no option, so the class holds them (a query's still override)."""
+
+    def __init__(self: SqliteKeysSource, options: Mapping[str, str]) -> None:
+        SqliteKeysSource.__init__(self, CaseInsensitiveDict({**defaults, **options}))
+
+    return type(f"SqliteKeysSource_{name}", (SqliteKeysSource,),
+                {"name": classmethod(lambda cls: name), "__init__": __init__})
