@@ -123,6 +123,11 @@ def register(spark: SparkSession) -> None:
     The registered source sends its read tasks' figures to this process (a Spark
     accumulator) for :func:`scan_report`.
 
+    It also makes the catalog tables that Spark's own writes of format dynsource
+    create (``df.write.format("dynsource").option("path", P).saveAsTable("t")``,
+    ``df.writeTo("t").using("dynsource")...create()``) registered tables, right
+    after the write, in this process (see :mod:`dynsource.spark.catalogwrites`).
+
     It changes no Spark setting. In particular it leaves
     ``spark.sql.python.filterPushdown.enabled`` alone: dynsource prunes by
     ``partitionFilter`` and dynamic filters, never through Spark's filter
@@ -131,8 +136,9 @@ def register(spark: SparkSession) -> None:
     """
     from dynsource.runtime import deployment
     from dynsource.scan import taskfigures
-    from dynsource.spark import catalog, source
+    from dynsource.spark import catalog, catalogwrites, source
 
     deployment.check_planner(spark)
     spark.dataSource.register(source.DynsourceDataSource.with_figures(taskfigures.channel(spark)))
+    catalogwrites.install(spark)
     catalog.register_tables(spark)  # the tables of earlier sessions in a Hive catalog; see dynsource.spark.catalog

@@ -21,6 +21,8 @@ from dynsource.layout.enumerator import PartitionEnumerator
 from dynsource.scan import files
 from dynsource.scan.options import ScanOptions
 from dynsource.spark import writer as dynsource_writer
+from dynsource.spark.catalog import load_definition
+from dynsource.spark.metastore import UnregisteredCatalogTable, provider
 from dynsource.spark.writeplan import WriteTarget
 from tests.helpers import read, rows
 
@@ -280,32 +282,121 @@ def test_registered_table_takes_insert_into_overwrite_and_write_to(spark, tmp_pa
         dynsource.drop_table(spark, "daily_sales", definitions=definitions)
 
 
-@pytest.mark.parametrize("create", [
-    lambda df, name, path: df.write.format("dynsource").option("path", path).option(
-        "partitionColumns", PARTITIONED).saveAsTable(name),
-    lambda df, name, path: df.writeTo(name).using("dynsource").option("path", path).option(
-        "partitionColumns", PARTITIONED).create(),
-], ids=["saveAsTable", "writeTo-create"])
-def test_a_catalog_table_spark_made_at_a_path_is_an_error_naming_register_table_at_that_path(
-        spark, tmp_path, definitions, create):
-    # Spark gives the source of saveAsTable the options and calls of save(): the files are written, and the catalog
-    # records a table of provider 'dynsource' at the path, which Spark then reads with no option at all.
+def same_rows_twice(df, expected) -> None:
+    """``df`` has the rows ``expected`` at an action, and again at the next one."""
+    assert rows(df) == expected
+    assert rows(df) == expected
+
+
+def every_door_reads(spark, name, expected) -> None:
+    """``spark.table``, ``dynsource.table`` and ``dynsource.sql`` read table ``name`` as ``expected``, twice each."""
+    for df in (spark.table(name), dynsource.table(spark, name), dynsource.sql(spark, f"SELECT * FROM {name}")):
+        same_rows_twice(df, expected)
+
+
+@pytest.fixture
+def own_definitions(definitions, monkeypatch) -> str:
+    """The test's definitions directory as the default location: where dynsource.register's wrapper of Spark's
+    table writes (which takes no definitions argument) registers the tables they make."""
+    monkeypatch.setenv("DYNSOURCE_DEFINITIONS", definitions)
+    return definitions
+
+
+@pytest.mark.parametrize(("create", "options"), [
+    (lambda df, name, path, options: df.write.format("dynsource").option("path", path).options(**options)
+     .saveAsTable(name), {"partitionColumns": PARTITIONED}),
+    (lambda df, name, path, options: df.writeTo(name).using("dynsource").option("path", path).options(**options)
+     .create(), {"partitionColumns": PARTITIONED}),
+    # An overwrite of a partitioned table says its mode; stored with the table, as Spark stores a saveAsTable's.
+    (lambda df, name, path, options: df.writeTo(f"spark_catalog.default.{name}").using("dynsource").options(
+        path=path, **options).createOrReplace(), {"partitionColumns": PARTITIONED, "partitionOverwriteMode": "static"}),
+], ids=["saveAsTable", "writeTo-create", "writeTo-createOrReplace"])
+def test_a_catalog_table_spark_writes_at_a_path_is_a_registered_table_every_door_reads(
+        spark, tmp_path, own_definitions, create, options):
+    # Spark gives the source of saveAsTable the options and calls of save(), and records a table of provider
+    # 'dynsource' that it reads with no option: dynsource.register's wrapper registers it right after the write.
     path, name = str(tmp_path / "saved table"), "saved_as_table"
     try:
-        create(sales(spark, range(3)), name, path)
+        create(sales(spark, range(3)), name, path, options)
+        expected = rows(spark.read.parquet(path))
+        assert len(expected) == 12
+        every_door_reads(spark, name, expected)
+        assert load_definition(spark, name).options == {"path": path, **options}
+        assert os.listdir(own_definitions) == [f"default.{name}.json"]
+    finally:
+        dynsource.drop_table(spark, name, definitions=own_definitions, if_exists=True)
+
+
+def test_a_saved_tables_declared_partition_types_and_format_are_its_registered_ones(spark, tmp_path,
+                                                                                     own_definitions):
+    # Inferred from the directories, zip=00501 would be the INT 501, and the ORC files would be read as Parquet.
+    zips = spark.createDataFrame([(1, "00501"), (2, "00501"), (3, "10001")], "id BIGINT, zip STRING")
+    try:
+        zips.write.format("dynsource").option("path", str(tmp_path / "zips")).option(
+            "partitionColumns", "zip STRING").saveAsTable("zips")
+        every_door_reads(spark, "zips", rows(zips))
+        assert {row.zip for row in spark.table("zips").collect()} == {"00501", "10001"}
+        assert {row.zip for row in spark.read.parquet(str(tmp_path / "zips")).collect()} == {501, 10001}
+
+        zips.writeTo("orc_zips").using("dynsource").options(path=str(tmp_path / "orc"), format="orc",
+                                                             partitionColumns="zip").create()
+        assert {f.name.rsplit(".", 1)[-1] for f in (tmp_path / "orc").glob("zip=*/*")} == {"orc"}
+        every_door_reads(spark, "orc_zips", rows(zips))  # the rows' type: partitionColumns names zip without one
+        assert load_definition(spark, "orc_zips").options == {"path": str(tmp_path / "orc"), "format": "orc",
+                                                              "partitionColumns": "zip"}
+    finally:
+        for name in ("zips", "orc_zips"):
+            dynsource.drop_table(spark, name, definitions=own_definitions, if_exists=True)
+
+
+def test_a_saved_table_of_another_format_is_left_as_spark_made_it(spark, own_definitions):
+    df = spark.createDataFrame([(1, "00501")], "id BIGINT, zip STRING")
+    try:
+        df.write.partitionBy("zip").saveAsTable("plain_saved")
+        assert spark.table("plain_saved").collect() == df.collect()
+        assert provider(spark, "default.plain_saved") == "parquet"
+        assert not os.path.exists(own_definitions)
+    finally:
+        spark.sql("DROP TABLE IF EXISTS plain_saved")
+
+
+def test_a_saved_table_that_cannot_be_registered_is_an_error_naming_the_call_after_its_files_are_written(
+        spark, tmp_path, monkeypatch):
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("DYNSOURCE_DEFINITIONS", str(tmp_path / "a file" / "definitions"))  # no directory there
+    path, name = str(tmp_path / "t"), "unregistrable"
+    try:
+        with pytest.raises(UnregisteredCatalogTable, match=(
+                rf"^df.write.format\('dynsource'\).saveAsTable\('{name}'\) wrote its files at '{re.escape(path)}'"
+                rf" for table 'default.{name}' .*making it a registered dynsource table failed .*" + re.escape(
+                    f"Register it over its files: dynsource.register_table(spark, 'default.{name}', "
+                    f"path='{path}', replace=True, format='orc', storageOptions=...).") + "$")):
+            sales(spark, range(1)).write.format("dynsource").options(
+                path=path, format="orc", storageOptions="{}").saveAsTable(name)
+        assert len(spark.read.orc(path).collect()) == 4
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_catalog_table_sql_makes_of_the_dynsource_source_is_an_error_naming_register_table_at_its_path(
+        spark, tmp_path, definitions):
+    # CREATE TABLE ... USING dynsource runs in Spark's SQL, which no wrapper of pyspark's writers sees.
+    path, name = str(tmp_path / "created table"), "created_by_sql"
+    try:
+        save(sales(spark, range(2)), path, partitionColumns=PARTITIONED)
+        spark.sql(f"CREATE TABLE {name} ({SCHEMA}) USING dynsource LOCATION '{path}'")
         call = re.escape(f"dynsource.register_table(spark, 'default.{name}', path='{path}', replace=True)")
         for door in (lambda: dynsource.table(spark, name), lambda: dynsource.sql(spark, f"SELECT * FROM {name}"),
                      lambda: dynsource.write(sales(spark, range(1)), name)):
-            with pytest.raises(ValueError, match=rf"^Table 'default.{name}' is a catalog table of data source "
-                                                 rf"'dynsource' at '{re.escape(path)}'.*{call}"):
+            with pytest.raises(UnregisteredCatalogTable,
+                               match=rf"^Table 'default.{name}' is a catalog table of data source 'dynsource' at "
+                                     rf"'{re.escape(path)}'.*{call}"):
                 door()
-        with pytest.raises(Exception, match=r"Option 'path' is required.*saveAsTable"):
+        with pytest.raises(Exception, match=r"Option 'path' is required"):
             spark.table(name).collect()
-        dynsource.register_table(spark, name, path=path, definitions=definitions, replace=True)
-        expected = rows(spark.read.parquet(path))
-        assert len(expected) == 12
-        assert rows(spark.table(name)) == rows(dynsource.table(spark, name)) == expected
-        assert rows(dynsource.sql(spark, f"SELECT * FROM {name}")) == expected
+        dynsource.register_table(spark, name, path=path, definitions=definitions, replace=True,
+                                 partitionColumns=PARTITIONED)
+        every_door_reads(spark, name, rows(spark.read.parquet(path)))
     finally:
         dynsource.drop_table(spark, name, definitions=definitions, if_exists=True)
 

@@ -47,8 +47,8 @@ _REGISTER = (
 )
 _PATH_REQUIRED = (
     "Option 'path' is required: the fsspec URL or local path of the table directory. For a catalog table (of "
-    "CREATE TABLE ... USING dynsource, or of df.write.format('dynsource').saveAsTable(...), which Spark reads "
-    f"without the path it recorded), {_REGISTER}."
+    "CREATE TABLE ... USING dynsource, or of df.write.format('dynsource').saveAsTable(...) in a process that did "
+    f"not call dynsource.register, which Spark reads without the path it recorded), {_REGISTER}."
 )
 # What Spark hands a Python data source for CREATE TABLE ... USING dynsource: its catalog properties, not the OPTIONS.
 _TABLE_PROPERTIES = {"location", "owner", "provider", "comment", "external", "is_managed_location"}

@@ -229,7 +229,8 @@ def load_definition(spark: SparkSession, name: str, *, definitions: str | None =
         be read; the message names the table and the location.
     metastore.UnregisteredCatalogTable
         The table is a catalog table of the ``dynsource`` source itself, which Spark made
-        (``saveAsTable``...); the message names the ``register_table`` call that makes it readable.
+        (``CREATE TABLE ... USING dynsource``, a ``saveAsTable`` where :func:`dynsource.register` did not
+        wrap it); the message names the ``register_table`` call that makes it readable.
     """
     table = qualified_name(spark, name)
     try:

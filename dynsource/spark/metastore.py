@@ -307,23 +307,23 @@ def _recorded_provider(session: SessionCatalog, table: str) -> str | None:
 
 
 class UnregisteredCatalogTable(TableDefinitionError):
-    """A catalog table of the plain ``dynsource`` source (``saveAsTable``, ``CREATE TABLE ... USING dynsource``):
-    Spark reads it with no option at all, so no door can; the message names the registration to make."""
+    """A catalog table of the plain ``dynsource`` source (``CREATE TABLE ... USING dynsource``, a ``saveAsTable``
+    that could not be registered): Spark reads it with no option, so no door can; the message names the
+    registration to make."""
 
 
 def unregistered_table(spark: SparkSession, table: str) -> UnregisteredCatalogTable:
     """The error for catalog table ``table`` of the ``dynsource`` source itself, naming the registration to make."""
-    # Spark calls the source of saveAsTable and writeTo(...).create() as it calls that of save(), with the path and
-    # without the table's name: it writes the files, and the catalog records a table at the path that Spark then
-    # reads with no option, neither the path nor the write's options.
+    # Spark hands a Python data source neither a catalog table's name nor its location, so it reads a table of the
+    # plain source with no option: one of CREATE TABLE ... USING dynsource, which runs in Spark's SQL, or of a
+    # saveAsTable that dynsource.register's wrappers did not register (dynsource.spark.catalogwrites).
     recorded = location(spark, table)
     path = unquote(urlparse(recorded).path) if recorded and recorded.startswith("file:") else recorded or "..."
     return UnregisteredCatalogTable(
-        f"Table '{table}' is a catalog table of data source 'dynsource' at '{path}', as "
-        "df.write.format('dynsource').saveAsTable(...), df.writeTo(...).using('dynsource').create() and CREATE TABLE "
-        "... USING dynsource leave one: Spark gives a Python data source neither a catalog table's name nor its "
-        "location, so no door can read it (spark.table fails on \"Option 'path' is required\"). Register it over "
-        f"its files: dynsource.register_table(spark, '{table}', path='{path}', replace=True), with the reader "
-        "options its files need (format, partitionColumns...). A new table is written with "
-        "dynsource.write(df, path), then registered so."
+        f"Table '{table}' is a catalog table of data source 'dynsource' at '{path}', as CREATE TABLE ... USING "
+        "dynsource leaves one (and df.write.format('dynsource').saveAsTable(...) where dynsource.register(spark) "
+        "did not make it a registered table): Spark gives a Python data source neither a catalog table's name nor "
+        "its location, so no door can read it (spark.table fails on \"Option 'path' is required\"). Register it "
+        f"over its files: dynsource.register_table(spark, '{table}', path='{path}', replace=True), with the reader "
+        "options its files need (format, partitionColumns...)."
     )
