@@ -32,6 +32,7 @@ from dynsource.runtime.lru import LruMap
 from dynsource.spark.dynamicfiltering import SupportsDynamicFiltering
 
 CLASSES_KEPT = 64
+DYNSOURCE = "dynsource"
 _classes: LruMap[type] = LruMap(CLASSES_KEPT)  # by the registration's name, JVM identity and pickle's size
 _registered: weakref.WeakKeyDictionary[SparkSession, dict[str, type]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -78,7 +79,9 @@ def python_source(spark: SparkSession, name: str | None,
     """The Python data source registered in ``spark`` as ``name``, with the fields it accepts a dynamic filter on
     when made with ``options`` (none: as Spark reads its catalog tables); None for any other name (a file source,
     no source)."""
-    cls = None if name is None else source_class(spark, name)
+    if name is None or name.lower() == DYNSOURCE or name.lower().startswith(DYNSOURCE + "."):
+        return None  # dynsource's own source and its registered tables' (dynsource.<db>.<table>) are read as such
+    cls = source_class(spark, name)
     if cls is None:
         return None
     if not issubclass(cls, SupportsDynamicFiltering):
