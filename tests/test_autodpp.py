@@ -195,6 +195,25 @@ def test_a_dimension_without_a_selective_predicate_prunes_only_if_it_is_a_small_
     assert small.assignments[0].keys == 3 and small.scans()[0].partitions_kept == 3
 
 
+def test_an_unfiltered_dimension_declined_on_a_fact_is_not_collected_again_until_a_table_changes(spark, star):
+    """A join of date_dim only to group by its year keeps every partition: collected once and declined, the
+    verdict is remembered for the same fact and dimension; the dimension replaced by other rows is collected again
+    and prunes."""
+    query = ("SELECT d_year, count(*) FROM {fact} JOIN {dates} ON ss_sold_date_sk = d_date_sk GROUP BY d_year")
+    spark.table("date_dim").createOrReplaceTempView("dates_unfiltered")
+    first, remembered = [run(star, query.format(fact="{fact}", dates="dates_unfiltered"), fact="store_sales_all")[1]
+                         for _ in range(2)]
+    assert "not worth applying" in str(first) and "not collected again" not in str(first), str(first)
+    assert "not worth applying" in str(remembered) and "not collected again" in str(remembered), str(remembered)
+    assert all(assignment.handle is None for assignment in remembered.assignments)
+    try:  # the same name, a dimension of three days: collected, and it prunes
+        spark.table("date_dim").where("d_date_sk IN (3, 5, 17)").createOrReplaceTempView("dates_unfiltered")
+        _, replaced = run(star, query.format(fact="{fact}", dates="dates_unfiltered"), fact="store_sales_all")
+        assert replaced.assignments[0].handle is not None and replaced.scans()[0].partitions_kept == 3, str(replaced)
+    finally:
+        spark.catalog.dropTempView("dates_unfiltered")
+
+
 def test_a_dimension_text_repeated_in_a_query_is_read_and_collected_once(star):
     # TPC-DS q88's shape: subqueries that repeat a dimension with the same predicates.
     subquery = ("(SELECT count(*) {name} FROM store_sales JOIN date_dim ON ss_sold_date_sk = d_date_sk "
@@ -524,6 +543,30 @@ def test_a_join_hinted_so_that_spark_broadcasts_no_dimension_is_collected_by_dyn
     unhinted = dynsource.sql(star, query.replace(f"/*+ {hint} */ ", "").format(fact="store_sales"))
     assert sorted(unhinted.collect()) == expected and LEFT_TO_SPARK.search(str(dynsource.scan_report(unhinted)))
     assert "dynamicpruningexpression(cast(ss_sold_date_sk" in _final_plan(unhinted)
+
+
+def test_a_dimension_spark_does_not_broadcast_for_its_size_is_collected_by_dynsource_in_auto(
+        star, partition_pruning):
+    # Over spark.sql.autoBroadcastJoinThreshold (here: no broadcast by size at all) Spark plans a sort-merge join,
+    # and its dynamic partition pruning, which reuses a broadcast, drops its filter and reads every partition.
+    partition_pruning("auto")
+    dynsource.table(star, "store_sales")  # the session has read the table: with a broadcast it is left to Spark
+    query = ("SELECT d.d_moy, count(*) FROM {fact} ss JOIN date_dim d ON ss.ss_sold_date_sk = d.d_date_sk "
+             "WHERE d.d_year = 2000 GROUP BY d.d_moy")
+    star.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        plain = star.sql(query.format(fact="store_sales_native"))
+        expected = sorted(plain.collect())
+        assert "dynamicpruningexpression(true)" in _final_plan(plain)
+        df = dynsource.sql(star, query.format(fact="store_sales"))
+        assert sorted(df.collect()) == expected
+        report = dynsource.scan_report(df)
+        assert report.assignments[0].handle is not None, str(report)
+        assert report.scans()[0].partitions_kept == len(YEAR_2000)  # the damaged 2001 partitions never opened
+    finally:
+        star.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    broadcast = dynsource.sql(star, query.format(fact="store_sales"))
+    assert sorted(broadcast.collect()) == expected and LEFT_TO_SPARK.search(str(dynsource.scan_report(broadcast)))
 
 
 def test_with_sparks_dpp_off_dynsource_collects_in_auto(star, partition_pruning):

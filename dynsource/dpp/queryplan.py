@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 from sqlglot.errors import SqlglotError
 
 from dynsource.dpp import benefit, detection, dimensions, nameresolution, snapshots, sqltree, starjoin
+from dynsource.dpp.facttables import FactTables, declined_before, not_collected, remember_decline, verdict_key
 from dynsource.dpp.partitionpredicates import WHOLE, partition_filter, unpruned
 from dynsource.dpp.placeholders import Frames
 from dynsource.dpp.queryreport import Assignment, QueryReport
@@ -55,8 +56,7 @@ from dynsource.runtime.lru import LruMap
 from dynsource.scan.options import filter_options
 from dynsource.scan.origin import Reader
 from dynsource.scan.planner import plan_scan
-from dynsource.spark import catalog, filereader
-from dynsource.spark.pythonsources import FilteringSource
+from dynsource.spark import catalog
 
 log = logging.getLogger(__name__)
 DETECTIONS_KEPT = 256
@@ -162,13 +162,16 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     for pruning in detected.prunings:
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
-    facts = _Facts(spark, tables, definitions, sources)
+    facts = FactTables(spark, tables, definitions, sources, result.frames)
     case_sensitive = (settings.get(spark, CASE_SENSITIVE) or "false").strip().lower() == "true"
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
-        collected = set()
+        collected, verdicts = set(), {}
         for pruning in detected.prunings:
-            why = _CASE_SENSITIVE if case_sensitive else _not_collected(facts, pruning, min_scan_bytes,
-                                                                         spark_prunes_local)
+            why = _CASE_SENSITIVE if case_sensitive else not_collected(facts, pruning, min_scan_bytes,
+                                                                        spark_prunes_local)
+            if why is None:
+                verdicts[pruning] = verdict_key(facts, pruning, result.frames, fallback_filter_ratio)
+                why = declined_before(facts, pruning.fact.table, verdicts[pruning])
             if why is None:
                 types = tables[pruning.fact.table].columns
                 collections.submit(pruning, {column: types[column] for column in pruning.fact_columns})
@@ -180,7 +183,10 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         if prepare:
             uncollected = [scan for scan in by_scan if scan not in collected and scan.table in definitions]
             _prepare_uncollected(spark, uncollected, statics, definitions, result)
-        _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio)
+        def declined(pruning: detection.Pruning, reason: str) -> None:
+            remember_decline(facts, pruning.fact.table, verdicts.get(pruning), reason)
+
+        _plan_reads(by_scan, statics, facts, collections, result, fallback_filter_ratio, declined)
     if not detected.prunings and not result.notes and not result.assignments:  # else they say what pruned
         result.notes.append("no join of a dynsource table with a filtered dimension was found")
     return result
@@ -208,7 +214,7 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[detection.FactScan
         result.prepared[scan] = placeholders[read]
 
 
-def _static_filter(scan: detection.FactScan, facts: _Facts) -> str | None:
+def _static_filter(scan: detection.FactScan, facts: FactTables) -> str | None:
     """The scan's ``partitionFilter`` from the query's own predicates, None without any."""
     if not scan.predicates or scan.table in facts.sources:  # a source's own pushdown takes the query's predicates
         return None
@@ -217,8 +223,8 @@ def _static_filter(scan: detection.FactScan, facts: _Facts) -> str | None:
 
 
 def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
-                statics: Mapping[detection.FactScan, str | None], facts: _Facts, collections: dimensions.Dimensions,
-                result: Plan, ratio: float) -> None:
+                statics: Mapping[detection.FactScan, str | None], facts: FactTables, collections: dimensions.Dimensions,
+                result: Plan, ratio: float, declined: Callable[[detection.Pruning, str], None]) -> None:
     """Each scan's read options (its filters worth applying, its ``statics`` partitionFilter) and report, into
     ``result``."""
     for scan, prunings in by_scan.items():
@@ -226,7 +232,7 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
         static = statics[scan]
         assignment, notes = Assignment(_scan_name(scan)), []
         if prunings:
-            assignment, notes = _assign(scan, prunings, shape, collections, result, ratio)
+            assignment, notes = _assign(scan, prunings, shape, collections, result, ratio, declined)
         options = {} if static is None else {"partitionFilter": static}
         if assignment.handle is not None:
             options |= filter_options(assignment.handle, result.store)
@@ -244,62 +250,6 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
         result.notes += notes
 
 
-@dataclass
-class _Facts:
-    """What one plan learns of each dynsource table once, however many of its scans and prunings ask."""
-
-    spark: SparkSession
-    tables: Mapping[str, detection.TableInfo]
-    definitions: Mapping[str, catalog.TableDefinition]
-    sources: Mapping[str, FilteringSource]
-    _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
-    _readers: dict[str, str | None] = field(default_factory=dict)
-
-    def survey(self, table: str) -> benefit.Survey:
-        """``table``'s deep survey (its partition columns, the first data file a data-column filter is judged on)."""
-        if table not in self._surveys:
-            self._surveys[table] = benefit.survey(self.definitions[table].scan_options, self.tables[table].columns)
-        return self._surveys[table]
-
-    def reader(self, table: str) -> str | None:
-        """Which reader reads ``table`` (a Hadoop probe); None for a reader option its read reports as an error."""
-        if table not in self._readers:
-            try:
-                self._readers[table] = filereader.choose(self.spark, self.definitions[table].scan_options)[0]
-            except ValueError:
-                self._readers[table] = None
-        return self._readers[table]
-
-
-def _not_collected(facts: _Facts, pruning: detection.Pruning, min_bytes: int, spark_prunes_local: bool) -> str | None:
-    """Why ``pruning``'s keys are not collected (:func:`benefit.left_to_spark`, :func:`benefit.not_worth_collecting`,
-    a field a Python data source does not accept); None when they are."""
-    source = facts.sources.get(pruning.fact.table)
-    if source is not None:
-        return _not_accepted(source, pruning.fact_columns)
-    if facts.reader(pruning.fact.table) != "spark":
-        return None  # dynsource's reader filters the rows before they cross to Spark: every filter pays there
-    survey = facts.survey(pruning.fact.table)
-    # Spark's dynamic partition pruning takes an equality (not <=>) with a dimension holding a selective predicate,
-    # from the dimension's broadcast (a MERGE or SHUFFLE_HASH hint plans none: Spark then reads every partition).
-    # It lists the whole table first: in a session that never read the table (a batch job's first query), that
-    # listing costs more than a collection; later it is kept, and costs less.
-    spark_prunes = (spark_prunes_local and (pruning.selective or pruning.filtered_by_subquery)
-                    and not pruning.null_safe and pruning.strategy_hint is None
-                    and filereader.planned_before(facts.spark, facts.definitions[pruning.fact.table].scan_options))
-    return ((spark_prunes and benefit.left_to_spark(pruning.fact_columns, survey))
-            or benefit.not_worth_collecting(pruning.fact_columns, survey, min_bytes))
-
-
-def _not_accepted(source: FilteringSource, columns: Sequence[str]) -> str | None:
-    """Why a filter on ``columns`` cannot prune a scan of ``source``; None when it accepts them all."""
-    refused = [column for column in columns if column.lower() not in source.accepted]
-    if not refused:
-        return None
-    return (f"not collected: data source '{source.name}' accepts a dynamic filter on {sorted(source.accepted)} only, "
-            f"not on {refused}")
-
-
 def _read(spark: SparkSession, scan: detection.FactScan, options: Mapping[str, str], sources: set[str]) -> DataFrame:
     """The scan's table read with ``options``: a dynsource table by :func:`catalog.read_table`, a Python data
     source's table as Spark reads it with the options added (they reach the source, as a reference's ``WITH``)."""
@@ -309,8 +259,10 @@ def _read(spark: SparkSession, scan: detection.FactScan, options: Mapping[str, s
 
 
 def _assign(scan: detection.FactScan, prunings: list[detection.Pruning], survey: benefit.Survey,
-            collections: dimensions.Dimensions, result: Plan, ratio: float) -> tuple[Assignment, list[str]]:
-    """The filter of ``scan``: its prunings worth applying (judged on ``survey``), combined, and notes.
+            collections: dimensions.Dimensions, result: Plan, ratio: float,
+            declined: Callable[[detection.Pruning, str], None]) -> tuple[Assignment, list[str]]:
+    """The filter of ``scan``: its prunings worth applying (judged on ``survey``), combined, and notes; each
+    pruning collected and then found not to pay is told to ``declined``.
 
     The dimension sources of the applied prunings join ``result.pinned``.
     """
@@ -322,6 +274,10 @@ def _assign(scan: detection.FactScan, prunings: list[detection.Pruning], survey:
 
     candidates = [benefit.Candidate(str(p), p.fact_columns, functools.partial(collect, p)) for p in prunings]
     choice = benefit.worth_applying(candidates, survey, ratio)
+    by_label = {str(p): p for p in prunings}
+    for label, reason in choice.declined:
+        if done[label].data is not None:  # collected, and judged not to pay
+            declined(by_label[label], reason)
     # A declined dimension is read from its snapshot too when its rows read a dynsource table: evaluated again in
     # the query, they would scan that table twice (TPC-DS q14's cross_items intersects three facts: ~10 s).
     result.pinned += [item.pin for label, item in done.items()

@@ -1,0 +1,167 @@
+"""Star joins written as implicit joins over four dimensions: ``dynsource.sql`` against warm ``spark.sql``.
+
+A generated star in the shape users query: ``store_sales`` Hive-partitioned by ``ss_sold_date_sk`` into 2,400 day
+partitions (one Parquet file each), and four dimensions (``date_dim`` of the 2,400 days, ``store``, ``item``,
+``customer``), each a temporary view of ``spark.read.parquet``. The fact is a registered dynsource table for
+``dynsource.sql`` (default mode ``auto``) and a temporary view of one ``spark.read.parquet`` DataFrame for
+``spark.sql`` (warm: Spark listed it once). The queries write their joins in ``FROM a, b WHERE``:
+
+- the date dimension unfiltered, joined only to group by ``d_year`` (alone, or beside a filtered store or item
+  dimension): nothing to prune by dates; ``dynsource.sql`` should cost Spark's plan plus a few ms;
+- a filtered date dimension (a month), alone and with the other three dimensions: Spark's own dynamic partition
+  pruning prunes the local fact in ``auto``, so again Spark's plan.
+
+Every query runs in both modes, interleaved, after one untimed round; per query the median seconds of ``--repeat``
+runs, the median of ``dynsource.sql``'s call alone (its analysis and whatever it collects, before the action), and
+the ratio; their geometric mean. Rows of both modes must be equal. Run
+``python -m benchmarks.starjoins --repeat 3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks.run import RESULTS_DIR, ordered, save_report, settle
+from benchmarks.star import DEFAULT_DATA_DIR
+
+DAYS, FIRST_DAY = 2400, 2450815
+STORES, ITEMS, CUSTOMERS = 12, 2000, 20_000
+MODES = ("dynsource.sql", "spark.sql")
+SUM = "sum(ss_quantity) AS quantity"
+QUERIES = {
+    "years": f"SELECT d_year, {SUM} FROM {{fact}}, date_dim WHERE ss_sold_date_sk = d_date_sk GROUP BY d_year",
+    "years_tn_stores": f"""SELECT d_year, s_state, {SUM} FROM {{fact}}, date_dim, store
+        WHERE ss_sold_date_sk = d_date_sk AND ss_store_sk = s_store_sk AND s_state = 'TN' GROUP BY d_year, s_state""",
+    "years_books": f"""SELECT d_year, i_category, {SUM} FROM {{fact}}, date_dim, item
+        WHERE ss_sold_date_sk = d_date_sk AND ss_item_sk = i_item_sk AND i_category = 'Books'
+        GROUP BY d_year, i_category""",
+    "years_four_dimensions": f"""SELECT d_year, s_state, i_category, {SUM}
+        FROM {{fact}}, date_dim, store, item, customer
+        WHERE ss_sold_date_sk = d_date_sk AND ss_store_sk = s_store_sk AND ss_item_sk = i_item_sk
+        AND ss_customer_sk = c_customer_sk AND c_state = 'CA' AND i_category = 'Music'
+        GROUP BY d_year, s_state, i_category""",
+    "month": f"""SELECT d_moy, {SUM} FROM {{fact}}, date_dim WHERE ss_sold_date_sk = d_date_sk
+        AND d_year = 2000 AND d_moy = 12 GROUP BY d_moy""",
+    "month_four_dimensions": f"""SELECT s_state, i_category, {SUM} FROM {{fact}}, date_dim, store, item, customer
+        WHERE ss_sold_date_sk = d_date_sk AND ss_store_sk = s_store_sk AND ss_item_sk = i_item_sk
+        AND ss_customer_sk = c_customer_sk AND d_year = 2000 AND d_moy = 12 AND s_state = 'TN'
+        GROUP BY s_state, i_category""",
+}
+
+
+def generate(rows: int, data_dir: Path) -> Path:
+    """The star of ``rows`` fact rows under ``data_dir`` (made once, reused after)."""
+    root = data_dir / f"starjoins-{rows}"
+    if (root / "manifest.json").exists():
+        return root
+    building = root.with_name(f"{root.name}.{os.getpid()}.tmp")
+    shutil.rmtree(building, ignore_errors=True)
+    rng = np.random.default_rng(11)
+    days = np.sort(rng.integers(FIRST_DAY, FIRST_DAY + DAYS, rows, dtype=np.int32))
+    sales = pa.table({"ss_store_sk": rng.integers(1, STORES + 1, rows, dtype=np.int32),
+                      "ss_item_sk": rng.integers(1, ITEMS + 1, rows, dtype=np.int32),
+                      "ss_customer_sk": rng.integers(1, CUSTOMERS + 1, rows, dtype=np.int32),
+                      "ss_quantity": rng.integers(1, 101, rows, dtype=np.int32)})
+    values, starts = np.unique(days, return_index=True)
+    for value, start, stop in zip(values.tolist(), starts.tolist(), [*starts.tolist()[1:], rows], strict=True):
+        directory = building / "store_sales" / f"ss_sold_date_sk={value}"
+        directory.mkdir(parents=True)
+        pq.write_table(sales.slice(start, stop - start), directory / "part-0.parquet")
+    dates = np.arange(DAYS)
+    dimensions = {
+        "date_dim": {"d_date_sk": dates + FIRST_DAY, "d_year": 1998 + dates // 365, "d_moy": (dates % 365) // 31 + 1},
+        "store": {"s_store_sk": np.arange(1, STORES + 1),
+                  "s_state": [("TN", "CA", "NY")[i % 3] for i in range(STORES)]},
+        "item": {"i_item_sk": np.arange(1, ITEMS + 1),
+                 "i_category": [("Books", "Music", "Home", "Sports")[i % 4] for i in range(ITEMS)]},
+        "customer": {"c_customer_sk": np.arange(1, CUSTOMERS + 1),
+                     "c_state": [("CA", "TX", "NY", "WA", "TN")[i % 5] for i in range(CUSTOMERS)]},
+    }
+    for name, columns in dimensions.items():
+        (building / name).mkdir(parents=True)
+        table = pa.table({column: pa.array(values, pa.int32()) if isinstance(values, np.ndarray) else values
+                          for column, values in columns.items()})
+        pq.write_table(table, building / name / "part-0.parquet")
+    (building / "manifest.json").write_text(json.dumps({"rows": rows, "days": DAYS}))
+    building.rename(root)
+    return root
+
+
+def run(spark, root: Path, repeat: int) -> dict:
+    """Seconds per query and mode, and ``dynsource.sql``'s call alone; raises when the modes' rows differ."""
+    import dynsource
+
+    dynsource.register(spark)
+    for name in ("date_dim", "store", "item", "customer"):
+        spark.read.parquet(str(root / name)).createOrReplaceTempView(name)
+    spark.read.parquet(str(root / "store_sales")).createOrReplaceTempView("store_sales_warm")
+    dynsource.register_table(spark, "store_sales_star", path=str(root / "store_sales"),
+                             definitions=tempfile.mkdtemp(), replace=True)
+    report = {"rows": json.loads((root / "manifest.json").read_text())["rows"], "days": DAYS, "repeat": repeat,
+              "queries": {}}
+    for name, query in QUERIES.items():
+        times: dict[str, list[float]] = {mode: [] for mode in MODES}
+        calls: list[float] = []
+        seen: dict[str, list] = {}
+        for round_ in range(repeat + 1):
+            for mode in ordered(list(MODES), round_):
+                settle(spark)
+                started = time.perf_counter()
+                df = (dynsource.sql(spark, query.format(fact="store_sales_star")) if mode == "dynsource.sql"
+                      else spark.sql(query.format(fact="store_sales_warm")))
+                called = time.perf_counter()
+                rows = sorted(tuple(row) for row in df.collect())
+                seconds = time.perf_counter() - started
+                if seen.setdefault(mode, rows) != seen[MODES[0]]:
+                    raise RuntimeError(f"{name}: {mode} returned other rows than {MODES[0]}")
+                if round_:
+                    times[mode].append(seconds)
+                    if mode == "dynsource.sql":
+                        calls.append(called - started)
+                        report_text = str(dynsource.scan_report(df))
+        medians = {mode: statistics.median(values) for mode, values in times.items()}
+        report["queries"][name] = {
+            "median_s": medians, "runs_s": times, "dynsource.sql call_s": statistics.median(calls),
+            "ratio": round(medians["dynsource.sql"] / medians["spark.sql"], 3), "report": report_text}
+    ratios = [figures["ratio"] for figures in report["queries"].values()]
+    report["geometric mean ratio"] = round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3)
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_400_000, help="fact rows (default 2,400,000)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per query and mode (default 3)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR, help="generated data cache")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON")
+    parser.add_argument("--name", default="", help="a suffix for the JSON's name (a run of another version)")
+    args = parser.parse_args(argv)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    root = generate(args.rows, args.data)
+    from benchmarks.run import spark_session
+
+    spark = spark_session()
+    report = run(spark, root, args.repeat)
+    for name, figures in report["queries"].items():
+        print(f"{name:24} dynsource.sql {figures['median_s']['dynsource.sql']:.3f} s (its call "
+              f"{figures['dynsource.sql call_s'] * 1000:.0f} ms), spark.sql {figures['median_s']['spark.sql']:.3f} s,"
+              f" ratio {figures['ratio']}")
+    print(f"geometric mean ratio {report['geometric mean ratio']}")
+    save_report(report, args.out, f"starjoins-{args.rows}{args.name}.json")
+
+
+if __name__ == "__main__":
+    main()
