@@ -58,7 +58,7 @@ class FactTables:
             size = rows._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
         except Exception:  # the collection meets the same error and reports it
             return True
-        return int(size.toString()) <= threshold
+        return int(str(size)) <= threshold  # a Scala BigInt, which py4j may hand over as an int
 
     def reader(self, table: str) -> str | None:
         """Which reader reads ``table`` (a Hadoop probe); None for a reader option its read reports as an error."""
