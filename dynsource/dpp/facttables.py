@@ -24,6 +24,12 @@ from dynsource.runtime.lru import LruMap
 from dynsource.spark import catalog, filereader
 from dynsource.spark.pythonsources import FilteringSource
 
+VERDICTS_KEPT = 256
+_broadcasts: LruMap[bool] = LruMap(VERDICTS_KEPT)  # see FactTables.broadcast
+# By fact table, survey, dimension keys' text, fact columns, null safety, dimension plan hash and ratio: the survey
+# (kept alive, so its id is not reused) and the decline's reason.
+_declined: LruMap[tuple[benefit.Survey, str]] = LruMap(VERDICTS_KEPT)
+
 
 @dataclass
 class FactTables:
@@ -34,6 +40,7 @@ class FactTables:
     definitions: Mapping[str, catalog.TableDefinition]
     sources: Mapping[str, FilteringSource]
     frames: Frames | None = None  # the DataFrames the query's text names by placeholders
+    resolved: tuple = ()  # the query's tables as resolved: their names and schemas
     _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
     _readers: dict[str, str | None] = field(default_factory=dict)
 
@@ -44,21 +51,33 @@ class FactTables:
         return self._surveys[table]
 
     def broadcast(self, pruning: detection.Pruning) -> bool:
-        """Whether Spark broadcasts ``pruning``'s dimension side by its size: its optimizer's estimate of the
-        dimension's rows (every column of them, so at least what the join's side holds) within
-        ``spark.sql.autoBroadcastJoinThreshold``. Over Spark Connect, whose client cannot ask, it is taken to."""
+        """Whether Spark broadcasts ``pruning``'s dimension side by its size: its estimate of the dimension's rows
+        (every column of them, so at least what the join's side holds) within ``spark.sql.autoBroadcastJoinThreshold``.
+        Over Spark Connect, whose client cannot ask, it is taken to.
+
+        The answer is kept by the dimension's text and the query's tables as resolved (their names and schemas):
+        asking costs an analysis of the text (about 20 ms), a warm query's whole overhead otherwise. A dimension
+        replaced by far more rows of the same schema keeps its answer: Spark then reads every partition, a speed
+        matter only."""
         session = getattr(self.spark, "_jsparkSession", None)
         if session is None or pruning.pin is None or self.frames is None:
             return True
         threshold = session.sessionState().conf().autoBroadcastJoinThreshold()
-        if threshold < 0:
-            return False
+        key = (pruning.pin.rows_sql, self.resolved, threshold)
+        known = _broadcasts.get(key)
+        if known is None:
+            known = threshold >= 0 and self._estimated_bytes(pruning.pin.rows_sql) <= threshold
+            _broadcasts.put(key, known)
+        return known
+
+    def _estimated_bytes(self, text: str) -> int:
+        """Spark's optimizer's estimate of the size of ``text``'s rows (without statistics: the relations' sizes,
+        scaled by projections); 0 where it cannot be had. The analysed plan's would run a Spark job for a CTE."""
         try:
-            rows = self.frames.sql(self.spark, pruning.pin.rows_sql)
-            size = rows._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+            size = self.frames.sql(self.spark, text)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
         except Exception:  # the collection meets the same error and reports it
-            return True
-        return int(str(size)) <= threshold  # a Scala BigInt, which py4j may hand over as an int
+            return 0
+        return int(str(size))  # a Scala BigInt, which py4j may hand over as an int
 
     def reader(self, table: str) -> str | None:
         """Which reader reads ``table`` (a Hadoop probe); None for a reader option its read reports as an error."""
@@ -101,11 +120,6 @@ def not_accepted(source: FilteringSource, columns: Sequence[str]) -> str | None:
     return (f"not collected: data source '{source.name}' accepts a dynamic filter on {sorted(source.accepted)} only, "
             f"not on {refused}")
 
-
-VERDICTS_KEPT = 256
-# By fact table, survey, dimension keys' text, fact columns, null safety, dimension plan hash and ratio: the survey
-# (kept alive, so its id is not reused) and the decline's reason.
-_declined: LruMap[tuple[benefit.Survey, str]] = LruMap(VERDICTS_KEPT)
 
 
 def verdict_key(facts: FactTables, pruning: detection.Pruning, frames: Frames, ratio: float) -> tuple | None:

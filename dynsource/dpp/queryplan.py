@@ -162,7 +162,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     for pruning in detected.prunings:
         by_scan[pruning.fact].append(pruning)
     reading = functools.partial(_read_as_planned, spark, resolver, result.frames, {})
-    facts = FactTables(spark, tables, definitions, sources, result.frames)
+    facts = FactTables(spark, tables, definitions, sources, result.frames,
+                       tuple((r.key, r.schema.simpleString()) for r in relations if r is not None))
     case_sensitive = (settings.get(spark, CASE_SENSITIVE) or "false").strip().lower() == "true"
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         collected, verdicts = set(), {}
