@@ -18,6 +18,7 @@ from pyspark.sql.types import StructType
 
 from dynsource.dpp import benefit, queryreport
 from dynsource.dpp.benefit import DEFAULT_FALLBACK_FILTER_RATIO
+from dynsource.dpp.facttables import not_accepted
 from dynsource.filtering import collector, handles
 from dynsource.filtering.filterstore import FilterStore
 from dynsource.scan.options import ScanOptions, filter_options, session_options
@@ -209,10 +210,9 @@ def _worth_applying(fact, survey, source, dims, types, store, ratio, collect_opt
     ``source``, which has no partitions to judge on), the parts of one filter on the scan, and notes."""
     def candidate(index: int, d: DataFrame, pairs: list[tuple[str, str]]) -> benefit.Candidate:
         def collect():
-            refused = [] if source is None else [f for f, _ in pairs if f.lower() not in source.accepted]
+            refused = None if source is None else not_accepted(source, [f for f, _ in pairs])
             if refused:
-                return None, (f"not collected: data source '{source.name}' accepts a dynamic filter on "
-                              f"{sorted(source.accepted)} only, not on {refused}")
+                return None, refused
             return collector.collect_data(d, pairs, types={f: types[f] for f, _ in pairs}, **collect_options), None
 
         described = f"{fact} ({', '.join(f for f, _ in pairs)}) <- dimension {index} ({', '.join(c for _, c in pairs)})"
