@@ -217,7 +217,7 @@ def _prepare_uncollected(spark: SparkSession, scans: Sequence[detection.FactScan
 
 def _static_filter(scan: detection.FactScan, facts: FactTables) -> str | None:
     """The scan's ``partitionFilter`` from the query's own predicates, None without any."""
-    if not scan.predicates or scan.table in facts.sources:  # a source's own pushdown takes the query's predicates
+    if not scan.predicates or scan.table in facts.sources:  # the query keeps them for Spark, as spark.sql does
         return None
     definition, columns = facts.definitions[scan.table], facts.tables[scan.table].columns
     return partition_filter(scan, definition.scan_options, columns, facts.survey(scan.table).columns)
@@ -240,9 +240,8 @@ def _plan_reads(by_scan: Mapping[detection.FactScan, list[detection.Pruning]],
         if options:
             result.reads.append((scan, options))
             assignment = dataclasses.replace(assignment, partition_filter=static, columns=scan.columns)
-        elif scan.table in facts.sources:
-            pass  # read as the query names it
-        else:  # read whole: said here, where the query is known, and only where a predicate could have pruned
+        elif scan.table not in facts.sources:  # (a Python data source's is read as the query names it)
+            # Read whole: said here, where the query is known, and only where a predicate could have pruned.
             result.reads.append((scan, dict(WHOLE)))
             if scan.predicates:
                 notes += unpruned(scan, _scan_name(scan), facts.survey(scan.table).columns)
