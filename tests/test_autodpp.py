@@ -522,6 +522,21 @@ def _final_plan(df) -> str:
     return df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
 
 
+def _pruned_where_spark_drops_its_filter(star, query: str) -> list:
+    """Spark's rows of ``query`` on the native table, whose final plan drops its pruning filter; dynsource.sql's
+    equal them and read the 2000 partitions only (the damaged 2001 ones never opened)."""
+    plain = star.sql(query.format(fact="store_sales_native"))
+    expected = sorted(plain.collect())
+    assert "dynamicpruningexpression(true)" in _final_plan(plain)
+    df = dynsource.sql(star, query.format(fact="store_sales"))
+    assert sorted(df.collect()) == expected
+    report = dynsource.scan_report(df)
+    (assignment,) = report.assignments
+    assert assignment.handle is not None and "ss_sold_date_sk" in assignment.filter, str(report)
+    assert report.scans()[0].partitions_kept == len(YEAR_2000)
+    return expected
+
+
 @pytest.mark.parametrize("hint", ["MERGE(d)", "SHUFFLE_HASH(d)", "BROADCAST(ss)"])
 def test_a_join_hinted_so_that_spark_broadcasts_no_dimension_is_collected_by_dynsource_in_auto(
         star, partition_pruning, hint):
@@ -532,15 +547,7 @@ def test_a_join_hinted_so_that_spark_broadcasts_no_dimension_is_collected_by_dyn
     dynsource.table(star, "store_sales")  # the session has read the table: without the hint it is left to Spark
     query = (f"SELECT /*+ {hint} */ d.d_moy, count(*) FROM {{fact}} ss JOIN date_dim d "
              "ON ss.ss_sold_date_sk = d.d_date_sk WHERE d.d_year = 2000 GROUP BY d.d_moy")
-    plain = star.sql(query.format(fact="store_sales_native"))
-    expected = sorted(plain.collect())
-    assert "dynamicpruningexpression(true)" in _final_plan(plain)
-    df = dynsource.sql(star, query.format(fact="store_sales"))
-    assert sorted(df.collect()) == expected
-    report = dynsource.scan_report(df)
-    (assignment,) = report.assignments
-    assert assignment.handle is not None and "ss_sold_date_sk" in assignment.filter, str(report)
-    assert report.scans()[0].partitions_kept == len(YEAR_2000)
+    expected = _pruned_where_spark_drops_its_filter(star, query)
     unhinted = dynsource.sql(star, query.replace(f"/*+ {hint} */ ", "").format(fact="store_sales"))
     assert sorted(unhinted.collect()) == expected and LEFT_TO_SPARK.search(str(dynsource.scan_report(unhinted)))
     assert "dynamicpruningexpression(cast(ss_sold_date_sk" in _final_plan(unhinted)
@@ -556,14 +563,7 @@ def test_a_dimension_spark_does_not_broadcast_for_its_size_is_collected_by_dynso
              "WHERE d.d_year = 2000 GROUP BY d.d_moy")
     star.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
     try:
-        plain = star.sql(query.format(fact="store_sales_native"))
-        expected = sorted(plain.collect())
-        assert "dynamicpruningexpression(true)" in _final_plan(plain)
-        df = dynsource.sql(star, query.format(fact="store_sales"))
-        assert sorted(df.collect()) == expected
-        report = dynsource.scan_report(df)
-        assert report.assignments[0].handle is not None, str(report)
-        assert report.scans()[0].partitions_kept == len(YEAR_2000)  # the damaged 2001 partitions never opened
+        expected = _pruned_where_spark_drops_its_filter(star, query)
     finally:
         star.conf.unset("spark.sql.autoBroadcastJoinThreshold")
     broadcast = dynsource.sql(star, query.format(fact="store_sales"))
