@@ -15,14 +15,21 @@ Every query runs in both modes, interleaved, after one untimed round; per query 
 runs, the median of ``dynsource.sql``'s call alone (its analysis and whatever it collects, before the action), and
 the ratio; their geometric mean. Rows of both modes must be equal. Run
 ``python -m benchmarks.starjoins --repeat 3``.
+
+``--profile`` instead says where ``dynsource.sql``'s call goes, beside ``spark.sql``'s: per query the median call
+of both, and, from ``cProfile`` over ``--repeat`` calls after one untimed call, the milliseconds per call of each step
+(:data:`STEPS`; the profiler slows them) and how many py4j round trips to Spark's JVM the call makes.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import functools
 import json
 import math
 import os
+import pstats
 import shutil
 import statistics
 import sys
@@ -104,12 +111,7 @@ def run(spark, root: Path, repeat: int) -> dict:
     """Seconds per query and mode, and ``dynsource.sql``'s call alone; raises when the modes' rows differ."""
     import dynsource
 
-    dynsource.register(spark)
-    for name in ("date_dim", "store", "item", "customer"):
-        spark.read.parquet(str(root / name)).createOrReplaceTempView(name)
-    spark.read.parquet(str(root / "store_sales")).createOrReplaceTempView("store_sales_warm")
-    dynsource.register_table(spark, "store_sales_star", path=str(root / "store_sales"),
-                             definitions=tempfile.mkdtemp(), replace=True)
+    prepare(spark, root)
     report = {"rows": json.loads((root / "manifest.json").read_text())["rows"], "days": DAYS, "repeat": repeat,
               "queries": {}}
     for name, query in QUERIES.items():
@@ -141,12 +143,65 @@ def run(spark, root: Path, repeat: int) -> dict:
     return report
 
 
+# The steps of dynsource.sql's call, each the cumulative time of one function (its file's name and its own).
+STEPS = (("Spark's analysis of the rewritten query", "placeholders.py", "query"),
+         ("the remembered verdict's key (the dimension's plan)", "facttables.py", "verdict_key"),
+         ("views expanded", "views.py", "expand"),
+         ("table names resolved", "nameresolution.py", "resolve_all"),
+         ("session settings read", "settings.py", "get"),
+         ("py4j round trips (all of the above's JVM calls)", "java_gateway.py", "__call__"))
+
+
+def profile(spark, repeat: int) -> dict:
+    """Per query: the median ``dynsource.sql`` and ``spark.sql`` call (no action), then, profiled, ``dynsource.sql``'s
+    milliseconds per call in each of :data:`STEPS` and its py4j round trips per call."""
+    import dynsource
+
+    found = {}
+    for name, query in QUERIES.items():
+        ours, theirs = query.format(fact="store_sales_star"), query.format(fact="store_sales_warm")
+        dynsource.sql(spark, ours), spark.sql(theirs)  # untimed: the first call judges and remembers
+        calls = {mode: [] for mode in MODES}
+        for _ in range(repeat):
+            for mode, call in (("spark.sql", functools.partial(spark.sql, theirs)),
+                               ("dynsource.sql", functools.partial(dynsource.sql, spark, ours))):
+                started = time.perf_counter()
+                call()
+                calls[mode].append(time.perf_counter() - started)
+        profiler = cProfile.Profile()
+        for _ in range(repeat):
+            profiler.runcall(dynsource.sql, spark, ours)
+        stats = pstats.Stats(profiler).stats
+        steps = {label: sum(cumulative for (path, _, function), (_, _, _, cumulative, _) in stats.items()
+                            if path.endswith(f"/{file}") and function == own) * 1000 / repeat
+                 for label, file, own in STEPS}
+        trips = sum(count for (path, _, function), (_, count, _, _, _) in stats.items()
+                    if path.endswith("/java_gateway.py") and function == "__call__") / repeat
+        found[name] = {"call_ms": {mode: round(statistics.median(values) * 1000, 1) for mode, values in calls.items()},
+                       "dynsource.sql ms per profiled call by step": {k: round(v, 1) for k, v in steps.items()},
+                       "py4j round trips per call": trips}
+    return found
+
+
+def prepare(spark, root: Path) -> None:
+    """The dimensions as views, the fact as a warm view for ``spark.sql`` and a registered table for dynsource."""
+    import dynsource
+
+    dynsource.register(spark)
+    for name in ("date_dim", "store", "item", "customer"):
+        spark.read.parquet(str(root / name)).createOrReplaceTempView(name)
+    spark.read.parquet(str(root / "store_sales")).createOrReplaceTempView("store_sales_warm")
+    dynsource.register_table(spark, "store_sales_star", path=str(root / "store_sales"),
+                             definitions=tempfile.mkdtemp(), replace=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_400_000, help="fact rows (default 2,400,000)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per query and mode (default 3)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR, help="generated data cache")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON")
+    parser.add_argument("--profile", action="store_true", help="where dynsource.sql's call goes (no actions)")
     parser.add_argument("--name", default="", help="a suffix for the JSON's name (a run of another version)")
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -154,6 +209,14 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks.run import spark_session
 
     spark = spark_session()
+    if args.profile:
+        prepare(spark, root)
+        found = profile(spark, args.repeat)
+        for name, figures in found.items():
+            print(f"{name:24} {figures}")
+        save_report({"rows": args.rows, "repeat": args.repeat, "queries": found}, args.out,
+                    f"starjoins-{args.rows}-calls{args.name}.json")
+        return
     report = run(spark, root, args.repeat)
     for name, figures in report["queries"].items():
         print(f"{name:24} dynsource.sql {figures['median_s']['dynsource.sql']:.3f} s (its call "
