@@ -149,7 +149,13 @@ STEPS = (("Spark's analysis of the rewritten query", "placeholders.py", "query")
          ("views expanded", "views.py", "expand"),
          ("table names resolved", "nameresolution.py", "resolve_all"),
          ("session settings read", "settings.py", "get"),
-         ("py4j round trips (all of the above's JVM calls)", "java_gateway.py", "__call__"))
+         ("py4j round trips (all of the above's JVM calls)", "java_gateway.py", "__call__"))  # last: counted too
+
+
+def _entries(stats: dict, file: str, function: str) -> list[tuple]:
+    """The profile's entries (primitive calls, calls, own and cumulative seconds, callers) of ``function`` in
+    ``file``."""
+    return [entry for (path, _, name), entry in stats.items() if path.endswith(f"/{file}") and name == function]
 
 
 def profile(spark, repeat: int) -> dict:
@@ -172,14 +178,11 @@ def profile(spark, repeat: int) -> dict:
         for _ in range(repeat):
             profiler.runcall(dynsource.sql, spark, ours)
         stats = pstats.Stats(profiler).stats
-        steps = {label: sum(cumulative for (path, _, function), (_, _, _, cumulative, _) in stats.items()
-                            if path.endswith(f"/{file}") and function == own) * 1000 / repeat
-                 for label, file, own in STEPS}
-        trips = sum(count for (path, _, function), (_, count, _, _, _) in stats.items()
-                    if path.endswith("/java_gateway.py") and function == "__call__") / repeat
+        steps = {label: round(sum(entry[3] for entry in _entries(stats, file, function)) * 1000 / repeat, 1)
+                 for label, file, function in STEPS}
+        trips = sum(entry[1] for entry in _entries(stats, *STEPS[-1][1:])) / repeat
         found[name] = {"call_ms": {mode: round(statistics.median(values) * 1000, 1) for mode, values in calls.items()},
-                       "dynsource.sql ms per profiled call by step": {k: round(v, 1) for k, v in steps.items()},
-                       "py4j round trips per call": trips}
+                       "dynsource.sql ms per profiled call by step": steps, "py4j round trips per call": trips}
     return found
 
 
