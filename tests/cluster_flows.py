@@ -135,7 +135,20 @@ def auto_dpp(spark, dynsource, paths):
     # Only a DataFrame derived from it left: on Spark Connect the dimension's checkpoint must outlive the result.
     derived = dynsource.sql(spark, query.format(fact="cluster_auto_sales", month=MONTH)).where("true")
     gc.collect()
-    return {"equal": equal and rows(derived) == rows(native), "report": report_facts(scan)}
+    equal = equal and rows(derived) == rows(native)
+    # A dimension nothing filters is not collected; one whose DataFrame filters it is, seen in its analysed plan.
+    spark.read.parquet(paths["date_dim"]).where(f"d_moy = {MONTH}").createOrReplaceTempView("cluster_month")
+    unfiltered = {}
+    for dates in ("cluster_dates", "cluster_month"):
+        plain = (f"SELECT d_moy, count(*) FROM {{fact}} s JOIN {dates} d ON s.ss_sold_date_sk = d.d_date_sk "
+                 "GROUP BY d_moy")
+        df = dynsource.sql(spark, plain.format(fact="cluster_auto_sales"))
+        equal = equal and rows(df) == rows(spark.sql(plain.format(fact="cluster_sales_native")))
+        report = dynsource.scan_report(df)
+        unfiltered[dates] = ("nothing filters the dimension" in str(report),
+                             any(a.handle is not None for a in report.assignments))
+    return {"equal": equal, "report": report_facts(scan),
+            "unfiltered": unfiltered == {"cluster_dates": (True, False), "cluster_month": (False, True)}}
 
 
 def late_filter(spark, dynsource, paths):

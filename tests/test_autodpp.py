@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 import dynsource
 from dynsource import cli
-from dynsource.dpp import benefit, dimensions, queryplan, starjoin
+from dynsource.dpp import benefit, dimensions, queryplan, starjoin, unfiltered
 from dynsource.dpp.queryreport import QueryReport
 from dynsource.spark import filereader
+from tests.spark_oracle import session_set
 
 DAYS = 60
 YEAR_2000 = range(20)  # d_date_sk of the year 2000; 20..59 are 2001
@@ -68,6 +69,8 @@ def star(spark, star_root):
     write_star(root)
     for dimension in ("date_dim", "item", "store", "holidays"):
         spark.read.parquet(str(root / f"{dimension}.parquet")).createOrReplaceTempView(dimension)
+    # A view whose DataFrame filters: the query's text holds no predicate on it.
+    spark.table("date_dim").where("d_year = 2001").createOrReplaceTempView("date_dim_2001")
     spark.read.parquet(str(root / "store_sales")).createOrReplaceTempView("store_sales_native")
     shutil.copytree(root / "store_sales", root / "store_sales_pruned")
     for day in range(DAYS):
@@ -139,11 +142,12 @@ PRUNED = {
               WHERE f.ss_sold_date_sk = d.d_date_sk""",
     "fact_null_supplied": """SELECT d_date_sk, count(ss_item_sk) FROM date_dim LEFT JOIN {fact}
               ON ss_sold_date_sk = d_date_sk WHERE d_year = 2000 GROUP BY d_date_sk""",
-    "small_relation": """SELECT h_name, count(*), sum(ss_sales_price) FROM {fact} JOIN holidays
-              ON ss_sold_date_sk = h_date_sk GROUP BY h_name""",
     "null_safe_inner": """SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk <=> d_date_sk
               WHERE d_year = 2000""",
 }
+# A dimension nothing filters, of three rows: pruned only where the session collects such dimensions.
+SMALL_RELATION = """SELECT h_name, count(*), sum(ss_sales_price) FROM {fact} JOIN holidays
+              ON ss_sold_date_sk = h_date_sk GROUP BY h_name"""
 # A dimension filtered by a subquery alone: dynsource's keys query leaves the subquery out (it would collect every
 # key), Spark's dynamic partition pruning counts it as selective.
 LEFT_TO_SPARK_ONLY = {
@@ -170,7 +174,9 @@ NOT_PRUNED = {
     "anti": ("SELECT count(*) FROM {fact} LEFT ANTI JOIN date_dim ON ss_sold_date_sk = d_date_sk "
              "AND d_year = 2000", "ANTI join keeps fact rows"),
     "small_unfiltered_dimension": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
-                                   "WHERE d_date_sk IS NOT NULL", "not worth applying"),
+                                   "WHERE d_date_sk IS NOT NULL", "not collected: nothing filters the dimension"),
+    "small_dimension_filtered_by_a_view": ("SELECT count(*) FROM {fact} JOIN date_dim_2001 "
+                                           "ON ss_sold_date_sk = d_date_sk", "not worth applying"),
     "no_benefit": ("SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk WHERE d_year = 2001",
                    "not worth applying"),
     "no_join": ("SELECT count(*) FROM {fact} WHERE ss_store_sk = 3", "no join of a dynsource table"),
@@ -185,28 +191,51 @@ def test_joins_that_must_not_or_need_not_prune_run_as_written_and_say_why(star, 
     assert reason in str(report)
 
 
-def test_a_dimension_without_a_selective_predicate_prunes_only_if_it_is_a_small_relation(star, monkeypatch):
+def test_a_dimension_without_a_selective_predicate_prunes_only_if_it_is_a_small_relation(star, monkeypatch,
+                                                                                          unfiltered_dimensions):
     monkeypatch.setattr(dimensions, "SMALL_RELATION_ROWS", 10)
+    unfiltered_dimensions("collect")  # the dimension drops null keys only: else not collected at all
     # Not the text of NOT_PRUNED's small_unfiltered_dimension, whose decline on this fact is remembered.
     _, report = run(star, "SELECT count(*) FROM {fact} JOIN date_dim ON ss_sold_date_sk = d_date_sk "
                           "WHERE d_date_sk IS NOT NULL AND d_moy IS NOT NULL", fact="store_sales_all")
     assert report.assignments[0].handle is None
     assert "no selective predicate and more than 10 rows (not a small relation)" in str(report)
-    _, small = run(star, PRUNED["small_relation"])
+    _, small = run(star, SMALL_RELATION)
     assert small.assignments[0].keys == 3 and small.scans()[0].partitions_kept == 3
 
 
-def test_an_unfiltered_dimension_declined_on_a_fact_is_not_collected_again_until_a_table_changes(spark, star):
-    """A join of date_dim only to group by its year keeps every partition: collected once and declined, the
-    verdict is remembered for the same fact and dimension; the dimension replaced by other rows is collected again
-    and prunes."""
+def test_a_dimension_nothing_filters_is_not_collected_unless_the_session_collects_such_dimensions(
+        star, unfiltered_dimensions, monkeypatch):
+    """A join of holidays only to group by its name: Spark's dynamic partition pruning does not prune by it, nor does
+    dynsource.sql by default, which submits no collection; ``collect`` collects its three keys, which prune."""
+    submitted = []
+    submit = dimensions.Dimensions.submit
+    monkeypatch.setattr(dimensions.Dimensions, "submit",
+                        lambda self, pruning, types: submitted.append(pruning) or submit(self, pruning, types))
+    _, skipped = run(star, SMALL_RELATION, fact="store_sales_all")
+    assert skipped.assignments[0].handle is None and unfiltered.REASON in str(skipped), str(skipped)
+    assert not submitted
+    unfiltered_dimensions("collect")
+    _, collected = run(star, SMALL_RELATION)  # the damaged partitions of 2001 are never opened
+    assert collected.assignments[0].keys == 3 and collected.scans()[0].partitions_kept == 3, str(collected)
+
+
+def test_an_unfiltered_dimension_declined_on_a_fact_is_not_collected_again_until_a_table_changes(
+        spark, star, unfiltered_dimensions):
+    """A join of date_dim only to group by its year keeps every partition: not collected by default; where the
+    session collects such dimensions, collected once and declined, the verdict is remembered for the same fact and
+    dimension. The view replaced by a DataFrame that filters is collected again, by default too, and prunes."""
     query = ("SELECT d_year, count(*) FROM {fact} JOIN {dates} ON ss_sold_date_sk = d_date_sk GROUP BY d_year")
     spark.table("date_dim").createOrReplaceTempView("dates_unfiltered")
+    _, skipped = run(star, query.format(fact="{fact}", dates="dates_unfiltered"), fact="store_sales_all")
+    assert unfiltered.REASON in str(skipped) and "not worth applying" not in str(skipped), str(skipped)
+    unfiltered_dimensions("collect")
     first, remembered = [run(star, query.format(fact="{fact}", dates="dates_unfiltered"), fact="store_sales_all")[1]
                          for _ in range(2)]
     assert "not worth applying" in str(first) and "not collected again" not in str(first), str(first)
     assert "not worth applying" in str(remembered) and "not collected again" in str(remembered), str(remembered)
     assert all(assignment.handle is None for assignment in remembered.assignments)
+    unfiltered_dimensions("skip")
     try:  # the same name, a dimension of three days: collected, and it prunes
         spark.table("date_dim").where("d_date_sk IN (3, 5, 17)").createOrReplaceTempView("dates_unfiltered")
         _, replaced = run(star, query.format(fact="{fact}", dates="dates_unfiltered"), fact="store_sales_all")
@@ -406,6 +435,13 @@ def test_a_bad_data_filter_size_setting_is_an_error_naming_it(star, min_scan_byt
 
 
 @pytest.fixture
+def unfiltered_dimensions(star):
+    """Sets ``spark.dynsource.unfilteredDimensions`` (default ``skip``), restored afterwards."""
+    with session_set(star, {unfiltered.UNFILTERED_CONF: "skip"}):
+        yield lambda value: star.conf.set(unfiltered.UNFILTERED_CONF, value)
+
+
+@pytest.fixture
 def partition_pruning(star):
     """Sets ``spark.dynsource.partitionPruning`` (the suite's session collects), restored afterwards."""
     before = star.conf.get(benefit.PRUNING_CONF)
@@ -510,10 +546,13 @@ LEFT_TO_SPARK = re.compile(
 
 
 @pytest.mark.parametrize("name", ["small_relation", "null_safe_inner"])
-def test_a_join_sparks_dpp_does_not_prune_is_collected_by_dynsource_in_auto(star, partition_pruning, name):
-    # Spark prunes by an equality with a dimension holding a selective predicate: not by <=>, not by a small table.
+def test_a_join_sparks_dpp_does_not_prune_is_collected_by_dynsource_in_auto(star, partition_pruning,
+                                                                             unfiltered_dimensions, name):
+    # Spark prunes by an equality with a dimension holding a selective predicate: not by <=>, not by a small table
+    # (which dynsource collects where the session collects unfiltered dimensions).
     partition_pruning("auto")
-    _, report = run(star, PRUNED[name])
+    unfiltered_dimensions("collect")
+    _, report = run(star, SMALL_RELATION if name == "small_relation" else PRUNED[name])
     assert report.assignments[0].handle is not None, str(report)
 
 

@@ -92,12 +92,14 @@ def test_a_star_join_with_a_source_of_ones_own_fetches_only_the_dimensions_keys(
     assert assignment.scan == "default.own_sales AS s"
 
 
-def test_a_join_that_keeps_fact_rows_without_a_match_or_on_a_field_not_accepted_reads_the_source_whole(
+def test_a_join_that_keeps_fact_rows_without_a_match_on_a_field_not_accepted_or_unfiltered_reads_the_source_whole(
         spark, sales):
     outer = "SELECT s.k, r.region FROM own_sales s LEFT JOIN own_regions r ON s.k = r.k AND r.region = 'north'"
     other_field = "SELECT s.k, s.v FROM own_sales s JOIN own_regions r ON s.v = r.k WHERE r.region = 'north'"
+    unfiltered = "SELECT r.region, count(*) FROM own_sales s JOIN own_regions r ON s.k = r.k GROUP BY r.region"
     for query, note in [(outer, "preserved by the LEFT JOIN"),
-                        (other_field, "data source '.*' accepts a dynamic filter on \\['k'\\] only, not on \\['v'\\]")]:
+                        (other_field, "data source '.*' accepts a dynamic filter on \\['k'\\] only, not on \\['v'\\]"),
+                        (unfiltered, "not collected: nothing filters the dimension")]:
         df = dynsource.sql(spark, query)
         assert rows(df) == rows(spark.sql(query))
         assert sales.fetched() == 2 * KEYS * ROWS_PER_KEY  # both read every row

@@ -2,7 +2,8 @@
 collected: Spark's own dynamic partition pruning prunes it, it would not pay, the fact's Python data source does not
 accept its fields, or the same dimension was declined on the same fact before (:func:`declined_before`).
 
-A dimension side that nothing in the query filters (a join of ``date_dim`` only to group by ``d_year``) holds the
+A dimension side without a selective predicate in the query (a view that filters; a join of ``date_dim`` only to
+group by ``d_year``, which :mod:`dynsource.dpp.unfiltered` collects only where the session asks it to) holds the
 same keys at every query while its tables are unchanged: collected once, it is judged by the benefit check, and
 where it was declined ("keeps 2404 of 2404 partitions") that verdict is remembered for the same fact state (the
 survey a warm session keeps while the fact's directories read alike) and the same dimension plan (Spark's semantic

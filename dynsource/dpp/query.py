@@ -46,6 +46,7 @@ from sqlglot.tokens import Token, TokenType
 
 from dynsource.dpp import benefit, dimensions, inserts, nameresolution, queryplan, queryreport, sqltree, views
 from dynsource.dpp.placeholders import Frames
+from dynsource.dpp.unfiltered import collects_unfiltered
 from dynsource.runtime import deployment, settings
 from dynsource.scan import latechecks, options, planner
 from dynsource.spark import catalog, metastore
@@ -93,6 +94,10 @@ def sql(spark: SparkSession, query: str, args: Any = None, **kwargs: Any) -> Dat
     there costs less than a collection, once the session has read the table: its
     first query of it collects) unless the session's
     ``spark.dynsource.partitionPruning`` is ``collect`` (default ``auto``).
+    A dimension side that nothing filters (joined only to group by one of its
+    columns) is not collected, as Spark's own pruning does not prune by it,
+    unless ``spark.dynsource.unfilteredDimensions`` is ``collect`` (default
+    ``skip``): then a small one is.
     A local table's files are looked up at every query, so that files written
     since are read; with ``spark.dynsource.listingCheckIntervalMs`` (default 0)
     a table found unchanged less than that long ago is read as it was found,
@@ -160,10 +165,11 @@ def _pruned(spark: SparkSession, query: str, checks: latechecks.LateChecks | Non
     where a check failed before a statement that runs at once (an INSERT, a CACHE TABLE) would have run."""
     text, frames, view_notes, given = _with_options_read(spark, query)
     timeout_ms, min_scan_bytes = dimensions.timeout_ms(spark), benefit.min_scan_bytes(spark)
-    spark_prunes_local = benefit.spark_prunes_local(spark)
+    spark_prunes_local, collect_unfiltered = benefit.spark_prunes_local(spark), collects_unfiltered(spark)
     try:
         plan = queryplan.plan(spark, text, frames=frames, timeout_ms=timeout_ms, min_scan_bytes=min_scan_bytes,
-                            spark_prunes_local=spark_prunes_local, prepare=True, given=given)
+                            spark_prunes_local=spark_prunes_local, prepare=True, given=given,
+                            collect_unfiltered=collect_unfiltered)
     except metastore.UnregisteredCatalogTable:
         raise  # spark.sql cannot read that table either, and its error cannot name it
     except Exception as error:  # an analysis that fails must never fail a query spark.sql runs
@@ -196,7 +202,8 @@ def explain_sql(spark: SparkSession, query: str) -> queryreport.QueryReport:
     frames.sql(spark, text)  # Spark's own parse and analysis errors, before any dimension runs
     plan = queryplan.plan(spark, text, frames=frames, timeout_ms=dimensions.timeout_ms(spark),
                         min_scan_bytes=benefit.min_scan_bytes(spark),
-                        spark_prunes_local=benefit.spark_prunes_local(spark), given=given)
+                        spark_prunes_local=benefit.spark_prunes_local(spark), given=given,
+                        collect_unfiltered=collects_unfiltered(spark))
     plan.plan_scans(spark)
     plan.notes[:0] = view_notes
     return plan.report

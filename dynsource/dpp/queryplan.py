@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlglot.errors import SqlglotError
 
-from dynsource.dpp import benefit, detection, dimensions, nameresolution, snapshots, sqltree, starjoin
+from dynsource.dpp import benefit, detection, dimensions, nameresolution, snapshots, sqltree, starjoin, unfiltered
 from dynsource.dpp.facttables import FactTables, declined_before, not_collected, remember_decline, verdict_key
 from dynsource.dpp.partitionpredicates import WHOLE, partition_filter, unpruned
 from dynsource.dpp.placeholders import Frames
@@ -125,7 +125,7 @@ class Plan:
 def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store: FilterStore | None = None,
          fallback_filter_ratio: float = benefit.DEFAULT_FALLBACK_FILTER_RATIO,
          timeout_ms: int = dimensions.DEFAULT_TIMEOUT_MS, min_scan_bytes: int = 0, spark_prunes_local: bool = False,
-         prepare: bool = False, given: Sequence[Assignment] = ()) -> Plan:
+         prepare: bool = False, given: Sequence[Assignment] = (), collect_unfiltered: bool = False) -> Plan:
     """Detect the prunable fact scans of ``query``, and collect and publish their filters.
 
     Runs the dimension queries (Spark jobs), not the query itself, spending at
@@ -133,6 +133,8 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     A filter on data columns only of a fact Spark's reader reads is collected when the fact is estimated at
     ``min_scan_bytes`` or more (:func:`benefit.not_worth_collecting`); with ``spark_prunes_local``, a filter on
     partition columns only of a local fact Spark's reader reads is left to Spark (:func:`benefit.left_to_spark`).
+    A dimension side that reads its tables whole is collected only with ``collect_unfiltered``
+    (:mod:`dynsource.dpp.unfiltered`).
     With ``prepare``, the scans no dimension prunes are read for :meth:`Plan.run` while the dimensions are
     collected. ``given`` are the report's entries of the references ``frames`` read with their own options.
     """
@@ -168,8 +170,9 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
     with dimensions.Dimensions(spark, result.frames, timeout_ms, reading) as collections:
         collected, verdicts = set(), {}
         for pruning in detected.prunings:
-            why = _CASE_SENSITIVE if case_sensitive else not_collected(facts, pruning, min_scan_bytes,
-                                                                        spark_prunes_local)
+            why = _CASE_SENSITIVE if case_sensitive else (
+                not_collected(facts, pruning, min_scan_bytes, spark_prunes_local)
+                or unfiltered.not_collected(spark, result.frames, pruning, collect_unfiltered))
             if why is None:
                 verdicts[pruning] = verdict_key(facts, pruning, result.frames, fallback_filter_ratio)
                 why = declined_before(facts, pruning.fact.table, verdicts[pruning])
