@@ -4,7 +4,7 @@ A star query often joins a dimension only to group by one of its columns (``date
 ``d_year``). Its keys are then every row's, and a fact rarely holds a partition whose key the dimension lacks:
 collecting them costs a Spark job at every call, and the benefit check then drops the filter ("keeps 2404 of
 2404 partitions ... not worth applying"). Spark's own dynamic partition pruning asks for a selective predicate on
-the dimension side, and Trino's and Flink's dynamic filters are only worth what a filtered build side gives them.
+the dimension side.
 
 So a dimension side without a selective predicate in the query's text is looked at as Spark analyses it: where
 its analysed plan reads its relations whole (only projections, aliases, views, hints and ``IS NOT NULL`` filters
@@ -32,8 +32,8 @@ from dynsource.runtime import deployment, settings
 
 UNFILTERED_CONF = "spark.dynsource.unfilteredDimensions"
 UNFILTERED_MODES = ("skip", "collect")
-REASON = (f"not collected: nothing filters the dimension (it reads its tables whole), so its keys would keep about "
-          f"every fact partition, and Spark's dynamic partition pruning does not prune by it either "
+REASON = ("not collected: nothing filters the dimension (it reads its tables whole), so its keys would keep about "
+          "every fact partition, and Spark's dynamic partition pruning does not prune by it either "
           f"({UNFILTERED_CONF} = skip; collect collects a small one)")
 # The analysed plan's nodes that pass every row of the relations under them on.
 _WHOLE_NODES = frozenset({
