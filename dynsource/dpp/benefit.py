@@ -180,11 +180,8 @@ def min_scan_bytes(spark: SparkSession) -> int:
 def spark_prunes_local(spark: SparkSession) -> bool:
     """Whether :func:`left_to_spark` applies in the session: ``spark.dynsource.partitionPruning`` is ``auto`` (the
     default) and Spark's own dynamic partition pruning is on."""
-    text = settings.get(spark, PRUNING_CONF) or "auto"
-    mode = text.strip().lower()
-    if mode not in PRUNING_MODES:
-        raise ValueError(f"{PRUNING_CONF} must be one of {', '.join(PRUNING_MODES)}; got {text!r}.")
-    return mode == "auto" and (settings.get(spark, SPARK_DPP_CONF) or "true").strip().lower() == "true"
+    spark_dpp = (settings.get(spark, SPARK_DPP_CONF) or "true").strip().lower() == "true"
+    return settings.choice(spark, PRUNING_CONF, PRUNING_MODES) == "auto" and spark_dpp
 
 
 def left_to_spark(fact_columns: Sequence[str], survey: Survey) -> str | None:

@@ -50,11 +50,7 @@ _IS_NOT_NULL = re.compile(r"isnotnull\([^()]*\)|NOT isnull\([^()]*\)")  # the se
 def collects_unfiltered(spark: SparkSession) -> bool:
     """Whether the session collects unfiltered dimension sides (``spark.dynsource.unfilteredDimensions`` is
     ``collect``); an unknown value is an error that names the setting and its values."""
-    text = settings.get(spark, UNFILTERED_CONF) or "skip"
-    mode = text.strip().lower()
-    if mode not in UNFILTERED_MODES:
-        raise ValueError(f"{UNFILTERED_CONF} must be one of {', '.join(UNFILTERED_MODES)}; got {text!r}.")
-    return mode == "collect"
+    return settings.choice(spark, UNFILTERED_CONF, UNFILTERED_MODES) == "collect"
 
 
 def not_collected(spark: SparkSession, frames: Frames, pruning: detection.Pruning,

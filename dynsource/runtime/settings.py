@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -41,6 +41,16 @@ def get(spark: SparkSession, key: str, default: str | None = None) -> str | None
     if known is None:
         return spark.conf.get(key, default)
     return known.get(key, default)
+
+
+def choice(spark: SparkSession, key: str, values: Sequence[str]) -> str:
+    """The session's value of ``key``, one of ``values`` (the first is the default), ignoring case and spaces; any
+    other value is an error that names ``key`` and ``values``."""
+    text = get(spark, key) or values[0]
+    value = text.strip().lower()
+    if value not in values:
+        raise ValueError(f"{key} must be one of {', '.join(values)}; got {text!r}.")
+    return value
 
 
 def all_set(spark: SparkSession) -> Mapping[str, str]:
