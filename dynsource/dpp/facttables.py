@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from dynsource.dpp import benefit, detection
 from dynsource.dpp.placeholders import Frames
@@ -44,6 +44,7 @@ class FactTables:
     resolved: tuple = ()  # the query's tables as resolved: their names and schemas
     _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
     _readers: dict[str, str | None] = field(default_factory=dict)
+    _dimensions: dict[str, DataFrame] = field(default_factory=dict)
 
     def survey(self, table: str) -> benefit.Survey:
         """``table``'s deep survey (its partition columns, the first data file a data-column filter is judged on)."""
@@ -75,10 +76,18 @@ class FactTables:
         """Spark's optimizer's estimate of the size of ``text``'s rows (without statistics: the relations' sizes,
         scaled by projections); 0 where it cannot be had. The analysed plan's would run a Spark job for a CTE."""
         try:
-            size = self.frames.sql(self.spark, text)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+            size = self.dimension(text)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
         except Exception:  # the collection meets the same error and reports it
             return 0
         return int(str(size))  # a Scala BigInt, which py4j may hand over as an int
+
+    def dimension(self, text: str) -> DataFrame:
+        """The DataFrame of a dimension side's rows ``text``, one per text for the plan: each check that asks for its
+        plan, size or hash (:func:`dynsource.dpp.unfiltered.not_collected`, :func:`verdict_key`, :meth:`broadcast`)
+        reads the analysis Spark made once. Raises what Spark's analysis of ``text`` raises."""
+        if text not in self._dimensions:
+            self._dimensions[text] = self.frames.sql(self.spark, text)
+        return self._dimensions[text]
 
     def reader(self, table: str) -> str | None:
         """Which reader reads ``table`` (a Hadoop probe); None for a reader option its read reports as an error."""
@@ -123,14 +132,14 @@ def not_accepted(source: FilteringSource, columns: Sequence[str]) -> str | None:
 
 
 
-def verdict_key(facts: FactTables, pruning: detection.Pruning, frames: Frames, ratio: float) -> tuple | None:
+def verdict_key(facts: FactTables, pruning: detection.Pruning, ratio: float) -> tuple | None:
     """What identifies ``pruning``'s benefit verdict where it cannot change while the tables do not: a dimension
     nothing filters, on a dynsource fact whose survey is kept; None for any other pruning."""
     if pruning.selective or pruning.filtered_by_subquery or pruning.pin is None or (
             pruning.fact.table not in facts.definitions):
         return None
     try:
-        dimension = frames.sql(facts.spark, pruning.pin.rows_sql).semanticHash()
+        dimension = facts.dimension(pruning.pin.rows_sql).semanticHash()
     except Exception:  # the collection meets the same error and reports it
         return None
     survey = facts.survey(pruning.fact.table)

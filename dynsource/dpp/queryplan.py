@@ -172,9 +172,9 @@ def plan(spark: SparkSession, query: str, *, frames: Frames | None = None, store
         for pruning in detected.prunings:
             why = _CASE_SENSITIVE if case_sensitive else (
                 not_collected(facts, pruning, min_scan_bytes, spark_prunes_local)
-                or unfiltered.not_collected(spark, result.frames, pruning, collect_unfiltered))
+                or unfiltered.not_collected(facts, pruning, collect_unfiltered))
             if why is None:
-                verdicts[pruning] = verdict_key(facts, pruning, result.frames, fallback_filter_ratio)
+                verdicts[pruning] = verdict_key(facts, pruning, fallback_filter_ratio)
                 why = declined_before(facts, pruning.fact.table, verdicts[pruning])
             if why is None:
                 types = tables[pruning.fact.table].columns

@@ -27,7 +27,7 @@ import re
 from pyspark.sql import DataFrame, SparkSession
 
 from dynsource.dpp import detection
-from dynsource.dpp.placeholders import Frames
+from dynsource.dpp.facttables import FactTables
 from dynsource.runtime import deployment, settings
 
 UNFILTERED_CONF = "spark.dynsource.unfilteredDimensions"
@@ -53,15 +53,13 @@ def collects_unfiltered(spark: SparkSession) -> bool:
     return settings.choice(spark, UNFILTERED_CONF, UNFILTERED_MODES) == "collect"
 
 
-def not_collected(spark: SparkSession, frames: Frames, pruning: detection.Pruning,
-                  collect_unfiltered: bool = False) -> str | None:
-    """:data:`REASON` where ``pruning``'s dimension side reads its tables whole and the session does not
-    ``collect_unfiltered``; None where its keys may be collected. ``frames`` are the DataFrames the dimension's text
-    names by placeholders."""
+def not_collected(facts: FactTables, pruning: detection.Pruning, collect_unfiltered: bool = False) -> str | None:
+    """:data:`REASON` where ``pruning``'s dimension side (as the plan's ``facts`` analyse it) reads its tables whole
+    and the session does not ``collect_unfiltered``; None where its keys may be collected."""
     if collect_unfiltered or pruning.selective or pruning.filtered_by_subquery or pruning.pin is None:
         return None
     try:
-        plan = analysed_plan(frames.sql(spark, pruning.pin.rows_sql))
+        plan = analysed_plan(facts.dimension(pruning.pin.rows_sql))
     except Exception:  # the collection meets the same error and reports it
         return None
     return REASON if reads_whole(plan) else None
