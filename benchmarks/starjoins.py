@@ -152,6 +152,7 @@ def run(spark, root: Path, repeat: int) -> dict:
 
 # The steps of dynsource.sql's call, each the cumulative time of one function (its file's name and its own).
 STEPS = (("Spark's analysis of the rewritten query", "placeholders.py", "query"),
+         ("the unfiltered check (the dimension's analysed plan)", "unfiltered.py", "not_collected"),
          ("the remembered verdict's key (the dimension's plan)", "facttables.py", "verdict_key"),
          ("views expanded", "views.py", "expand"),
          ("table names resolved", "nameresolution.py", "resolve_all"),
