@@ -131,7 +131,6 @@ def not_accepted(source: FilteringSource, columns: Sequence[str]) -> str | None:
             f"not on {refused}")
 
 
-
 def verdict_key(facts: FactTables, pruning: detection.Pruning, ratio: float) -> tuple | None:
     """What identifies ``pruning``'s benefit verdict where it cannot change while the tables do not: a dimension
     nothing filters, on a dynsource fact whose survey is kept; None for any other pruning."""
