@@ -180,8 +180,8 @@ def min_scan_bytes(spark: SparkSession) -> int:
 def spark_prunes_local(spark: SparkSession) -> bool:
     """Whether :func:`left_to_spark` applies in the session: ``spark.dynsource.partitionPruning`` is ``auto`` (the
     default) and Spark's own dynamic partition pruning is on."""
-    spark_dpp = (settings.get(spark, SPARK_DPP_CONF) or "true").strip().lower() == "true"
-    return settings.choice(spark, PRUNING_CONF, PRUNING_MODES) == "auto" and spark_dpp
+    return (settings.choice(spark, PRUNING_CONF, PRUNING_MODES) == "auto"
+            and (settings.get(spark, SPARK_DPP_CONF) or "true").strip().lower() == "true")
 
 
 def left_to_spark(fact_columns: Sequence[str], survey: Survey) -> str | None:

@@ -40,7 +40,7 @@ class FactTables:
     tables: Mapping[str, detection.TableInfo]
     definitions: Mapping[str, catalog.TableDefinition]
     sources: Mapping[str, FilteringSource]
-    frames: Frames | None = None  # the DataFrames the query's text names by placeholders
+    frames: Frames  # the DataFrames the query's text names by placeholders
     resolved: tuple = ()  # the query's tables as resolved: their names and schemas
     _surveys: dict[str, benefit.Survey] = field(default_factory=dict)
     _readers: dict[str, str | None] = field(default_factory=dict)
@@ -62,7 +62,7 @@ class FactTables:
         replaced by far more rows of the same schema keeps its answer: Spark then reads every partition, a speed
         matter only."""
         session = getattr(self.spark, "_jsparkSession", None)
-        if session is None or pruning.pin is None or self.frames is None:
+        if session is None or pruning.pin is None:
             return True
         threshold = session.sessionState().conf().autoBroadcastJoinThreshold()
         key = (pruning.pin.rows_sql, self.resolved, threshold)
