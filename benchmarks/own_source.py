@@ -33,15 +33,10 @@ QUERY = ("SELECT count(*) AS sales, sum(s.v) AS total FROM own_sales s JOIN own_
 
 
 def write_fact(database: Path, rows: int) -> None:
-    """``rows`` rows over ``KEYS`` keys, indexed on the key as a database table joined on it would be."""
-    import contextlib
-    import sqlite3
-
+    """``rows`` rows over ``KEYS`` keys, indexed on the key."""
     from tests.sources import sqlite_source
 
     sqlite_source.write_table(database, "facts", "k", "bigint", ((i % KEYS, i) for i in range(rows)))
-    with contextlib.closing(sqlite3.connect(database)) as connection, connection:
-        connection.execute('CREATE INDEX facts_k ON facts ("k")')
 
 
 class Fetched:

@@ -24,7 +24,7 @@ import datetime as dt
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,14 @@ SQLITE_TYPES = {"bigint": "INTEGER", "string": "TEXT", "double": "REAL", "date":
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
 
-def write_table(database: Path, table: str, key: str, key_type: str, rows: Sequence[tuple[Any, int]]) -> None:
-    """A real SQLite file holding ``rows`` (key, v): what the source reads."""
+def write_table(database: Path, table: str, key: str, key_type: str, rows: Iterable[tuple[Any, int]]) -> None:
+    """A real SQLite file holding ``rows`` (key, v), indexed on the key as a table joined on it would be: what the
+    source reads."""
     with contextlib.closing(sqlite3.connect(database)) as connection, connection:
         connection.execute(f'CREATE TABLE "{table}" ("{key}" {SQLITE_TYPES[key_type]}, v INTEGER)')
         connection.executemany(f'INSERT INTO "{table}" VALUES (?, ?)',
-                               [(to_sql(value, key_type), v) for value, v in rows])
+                               ((to_sql(value, key_type), v) for value, v in rows))
+        connection.execute(f'CREATE INDEX "{table}_{key}" ON "{table}" ("{key}")')
 
 
 def to_sql(value: Any, key_type: str) -> Any:
@@ -110,10 +112,14 @@ class SqliteKeysReader(DataSourceReader):
         return kept
 
     def _ranges(self) -> list[tuple[Any, Any]]:
-        """The distinct keys cut into ``partitions`` contiguous ranges (a database would read its index)."""
+        """The distinct keys cut into ``partitions`` contiguous ranges."""
+        key, table = f'"{self.key}"', f'"{self.table}"'
+        # One index seek per distinct key: a DISTINCT would walk every row's index entry (25 ms at 1M rows).
+        distinct = (f"WITH RECURSIVE d(k) AS (SELECT min({key}) FROM {table} UNION ALL "
+                    f"SELECT (SELECT min({key}) FROM {table} WHERE {key} > d.k) FROM d WHERE d.k IS NOT NULL) "
+                    "SELECT k FROM d WHERE k IS NOT NULL")
         with _connect(self.database) as connection:
-            found = [from_sql(row[0], self.key_type) for row in connection.execute(
-                f'SELECT DISTINCT "{self.key}" FROM "{self.table}" WHERE "{self.key}" IS NOT NULL ORDER BY 1')]
+            found = [from_sql(row[0], self.key_type) for row in connection.execute(distinct)]
         count = int(self.options.get("partitions", "4"))
         size = max(1, -(-len(found) // count))
         return [(found[start], found[min(start + size, len(found)) - 1]) for start in range(0, len(found), size)]
