@@ -6,8 +6,11 @@ table (``CREATE TABLE own_sales USING <the source>``) read in ``--partitions`` k
 dimension a 1,000-row Spark table ``own_keys (k, grp)``. Each query joins them and filters the dimension on
 ``grp``, which holds 1% or 10% of the keys, then aggregates. ``spark.sql`` fetches every row from SQLite;
 ``dynsource.sql`` collects the dimension's keys and the source pushes them into SQLite as ``WHERE k IN (...)``.
+A third mode is the best any filter can do: ``spark.sql`` of the same query over a table of the same source
+holding only the rows of the dimension's keys (``own_sales_kept_<groups>``, written per query), so that the
+run shows Spark's own cost of one query on a Python data source beside the target.
 Per mode: the median seconds of ``--repeat`` runs (interleaved, after one untimed round), the rows fetched from
-SQLite and the statements sent; the rows of both modes must be equal. Run
+SQLite and the statements sent; the rows of all modes must be equal. Run
 ``python -m benchmarks.own_source --repeat 5``.
 """
 
@@ -26,17 +29,23 @@ from pathlib import Path
 from benchmarks.run import RESULTS_DIR, ordered, save_report
 
 KEYS = 1000
-MODES = ("dynsource.sql", "spark.sql")
+KEPT_ONLY = "spark.sql, kept rows only"
+MODES = ("dynsource.sql", "spark.sql", KEPT_ONLY)
 QUERIES = {"1% of keys": 100, "10% of keys": 10}  # grp = k % groups: one group holds 1/groups of the keys
-QUERY = ("SELECT count(*) AS sales, sum(s.v) AS total FROM own_sales s JOIN own_keys d ON s.k = d.k "
-         "WHERE d.grp_{groups} = 7")
+SELECTED_GROUP = 7
+QUERY = ("SELECT count(*) AS sales, sum(s.v) AS total FROM {fact} s JOIN own_keys d ON s.k = d.k "
+         f"WHERE d.grp_{{groups}} = {SELECTED_GROUP}")
 
 
-def write_fact(database: Path, rows: int) -> None:
-    """``rows`` rows over ``KEYS`` keys, indexed on the key."""
+def write_fact(database: Path, rows: int, groups: int | None = None) -> None:
+    """``rows`` rows over ``KEYS`` keys, indexed on the key; with ``groups``, only the rows the query of
+    ``QUERY.format(groups=groups)`` joins."""
     from tests.sources import sqlite_source
 
-    sqlite_source.write_table(database, "facts", "k", "bigint", ((i % KEYS, i) for i in range(rows)))
+    kept = ((i % KEYS, i) for i in range(rows))
+    if groups is not None:
+        kept = ((key, v) for key, v in kept if key % groups == SELECTED_GROUP)
+    sqlite_source.write_table(database, "facts", "k", "bigint", kept)
 
 
 class Fetched:
@@ -62,22 +71,40 @@ def run(spark, rows: int, repeat: int, root: Path, partitions: int = 2) -> dict:
 
     dynsource.register(spark)
     cloudpickle.register_pickle_by_value(sqlite_source)
-    database, counts = root / "sales.db", root / "counts"
+    counts = root / "counts"
     counts.mkdir()
-    write_fact(database, rows)
-    name = f"bench_sqlite_{uuid.uuid4().hex[:8]}"
-    spark.dataSource.register(sqlite_source.catalog_source(
-        name, database=str(database), table="facts", key="k", keyType="bigint", partitions=str(partitions),
-        countsDir=str(counts)))
-    spark.sql("DROP TABLE IF EXISTS own_sales")
-    spark.sql(f"CREATE TABLE own_sales USING {name}")
+
+    def table(name: str, groups: int | None = None) -> None:
+        database, source = root / f"{name}.db", f"bench_sqlite_{uuid.uuid4().hex[:8]}"
+        write_fact(database, rows, groups)
+        spark.dataSource.register(sqlite_source.catalog_source(
+            source, database=str(database), table="facts", key="k", keyType="bigint", partitions=str(partitions),
+            countsDir=str(counts)))
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql(f"CREATE TABLE {name} USING {source}")
+
     groups = ", ".join(f"k % {g} AS grp_{g}" for g in QUERIES.values())
     spark.sql(f"SELECT id AS k, {groups} FROM range({KEYS})").createOrReplaceTempView("own_keys")
-    fetched = Fetched(counts)
-    runs = {"dynsource.sql": lambda text: dynsource.sql(spark, text), "spark.sql": lambda text: spark.sql(text)}
+    tables = ["own_sales", *(f"own_sales_kept_{g}" for g in QUERIES.values())]
+    try:
+        for name, groups_kept in zip(tables, (None, *QUERIES.values()), strict=True):
+            table(name, groups_kept)
+        return _timed(spark, Fetched(counts), rows, repeat, partitions)
+    finally:
+        for name in tables:
+            spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.catalog.dropTempView("own_keys")
+
+
+def _timed(spark, fetched: Fetched, rows: int, repeat: int, partitions: int) -> dict:
+    """Each query in each mode, over the tables :func:`run` wrote."""
+    import dynsource
+
+    runs = {"dynsource.sql": lambda text: dynsource.sql(spark, text), "spark.sql": spark.sql, KEPT_ONLY: spark.sql}
     report = {"rows": rows, "keys": KEYS, "partitions": partitions, "repeat": repeat, "queries": {}}
     for label, group_count in QUERIES.items():
-        text = QUERY.format(groups=group_count)
+        text, kept_fact = QUERY.format(fact="own_sales", groups=group_count), f"own_sales_kept_{group_count}"
+        texts = {"dynsource.sql": text, "spark.sql": text, KEPT_ONLY: QUERY.format(fact=kept_fact, groups=group_count)}
         times: dict[str, list[float]] = {mode: [] for mode in MODES}
         seen: dict[str, tuple] = {}
         figures: dict[str, dict[str, int]] = {}
@@ -85,7 +112,7 @@ def run(spark, rows: int, repeat: int, root: Path, partitions: int = 2) -> dict:
             for mode in ordered(list(MODES), round_):
                 fetched.take()
                 started = time.perf_counter()
-                result = tuple(runs[mode](text).first())
+                result = tuple(runs[mode](texts[mode]).first())
                 seconds = time.perf_counter() - started
                 figures[mode] = fetched.take()
                 if seen.setdefault(mode, result) != seen[MODES[0]]:
@@ -96,6 +123,7 @@ def run(spark, rows: int, repeat: int, root: Path, partitions: int = 2) -> dict:
         report["queries"][label] = {
             "query": text, "median_s": medians, "runs_s": times, "fetched": figures, "result": list(seen[MODES[0]]),
             "ratio dynsource.sql / spark.sql": round(medians["dynsource.sql"] / medians["spark.sql"], 3),
+            f"ratio {KEPT_ONLY} / spark.sql": round(medians[KEPT_ONLY] / medians["spark.sql"], 3),
             "rows fetched ratio": round(figures["dynsource.sql"]["rows"] / figures["spark.sql"]["rows"], 4)}
     return report
 
@@ -118,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{label}: " + ", ".join(
             f"{mode} {figures['median_s'][mode]:.3f} s, {figures['fetched'][mode]['rows']:,} rows fetched in "
             f"{figures['fetched'][mode]['statements']} statements" for mode in MODES)
-              + f"; ratio {figures['ratio dynsource.sql / spark.sql']}")
+              + f"; ratio {figures['ratio dynsource.sql / spark.sql']} (kept rows only: "
+                f"{figures[f'ratio {KEPT_ONLY} / spark.sql']})")
     save_report(report, args.out, f"own-source-sqlite-{args.rows}-{args.partitions}ranges.json")
 
 

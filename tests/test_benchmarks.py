@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dynsource
-from benchmarks import curves, run, star, throughput, tpcds, writes
+from benchmarks import curves, own_source, run, star, throughput, tpcds, writes
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +170,17 @@ def test_the_throughput_modes_agree_and_are_timed(spark, tmp_path):
     for result in results.values():
         assert set(result["seconds"]) == set(throughput.MODES) and result["ratio_to_spark"]["spark.read.parquet"] == 1
     assert not [table for table in throughput.TABLES if spark.catalog.tableExists(table)]
+
+
+def test_the_own_source_benchmark_fetches_only_the_kept_rows_as_the_table_of_them_alone_does(spark, tmp_path):
+    report = own_source.run(spark, 20_000, 1, tmp_path)
+    for label, groups in own_source.QUERIES.items():
+        fetched = report["queries"][label]["fetched"]
+        kept = 20_000 // groups  # the modes' rows are equal, or run() raises
+        assert fetched["spark.sql"]["rows"] == 20_000
+        assert fetched["dynsource.sql"]["rows"] == fetched[own_source.KEPT_ONLY]["rows"] == kept
+        assert report["queries"][label]["result"][0] == kept
+    assert not [t for t in ("own_sales", "own_keys", "own_sales_kept_10") if spark.catalog.tableExists(t)]
 
 
 def test_the_write_benchmark_checks_both_tables_and_times_both_writers(spark):
