@@ -18,6 +18,10 @@ from tests.helpers import pushdown_set
 
 # Spark's JVMs, this process's and those of the processes the tests start, with the tests' options (tests/jvm.py).
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", jvm.SUBMIT_ARGS)
+# and the Python processes they start, Spark's workers among them, with pyspark's compiled modules
+# (tests/workersite/sitecustomize.py).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(__file__).parent / "workersite"), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # Every run publishes into a filter store of its own, never the user's default one (~/.cache/dynsource/filters),
 # and so do the processes the tests start: they inherit this environment.
