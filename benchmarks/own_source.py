@@ -38,8 +38,8 @@ QUERY = ("SELECT count(*) AS sales, sum(s.v) AS total FROM {fact} s JOIN own_key
 
 
 def write_fact(database: Path, rows: int, groups: int | None = None) -> None:
-    """``rows`` rows over ``KEYS`` keys, indexed on the key; with ``groups``, only the rows the query of
-    ``QUERY.format(groups=groups)`` joins."""
+    """``rows`` rows over ``KEYS`` keys, indexed on the key; with ``groups``, only the rows that the query on
+    ``grp_<groups>`` joins."""
     from tests.sources import sqlite_source
 
     kept = ((i % KEYS, i) for i in range(rows))
