@@ -37,6 +37,11 @@ QUERY = ("SELECT count(*) AS sales, sum(s.v) AS total FROM {fact} s JOIN own_key
          f"WHERE d.grp_{{groups}} = {SELECTED_GROUP}")
 
 
+def kept_table(groups: int) -> str:
+    """The table of only the rows that the query on ``grp_<groups>`` joins."""
+    return f"own_sales_kept_{groups}"
+
+
 def write_fact(database: Path, rows: int, groups: int | None = None) -> None:
     """``rows`` rows over ``KEYS`` keys, indexed on the key; with ``groups``, only the rows that the query on
     ``grp_<groups>`` joins."""
@@ -83,12 +88,12 @@ def run(spark, rows: int, repeat: int, root: Path, partitions: int = 2) -> dict:
         spark.sql(f"DROP TABLE IF EXISTS {name}")
         spark.sql(f"CREATE TABLE {name} USING {source}")
 
-    groups = ", ".join(f"k % {g} AS grp_{g}" for g in QUERIES.values())
-    spark.sql(f"SELECT id AS k, {groups} FROM range({KEYS})").createOrReplaceTempView("own_keys")
-    tables = ["own_sales", *(f"own_sales_kept_{g}" for g in QUERIES.values())]
+    group_columns = ", ".join(f"k % {g} AS grp_{g}" for g in QUERIES.values())
+    spark.sql(f"SELECT id AS k, {group_columns} FROM range({KEYS})").createOrReplaceTempView("own_keys")
+    tables = {"own_sales": None} | {kept_table(groups): groups for groups in QUERIES.values()}
     try:
-        for name, groups_kept in zip(tables, (None, *QUERIES.values()), strict=True):
-            table(name, groups_kept)
+        for name, kept in tables.items():
+            table(name, kept)
         return _timed(spark, Fetched(counts), rows, repeat, partitions)
     finally:
         for name in tables:
@@ -103,8 +108,9 @@ def _timed(spark, fetched: Fetched, rows: int, repeat: int, partitions: int) -> 
     runs = {"dynsource.sql": lambda text: dynsource.sql(spark, text), "spark.sql": spark.sql, KEPT_ONLY: spark.sql}
     report = {"rows": rows, "keys": KEYS, "partitions": partitions, "repeat": repeat, "queries": {}}
     for label, group_count in QUERIES.items():
-        text, kept_fact = QUERY.format(fact="own_sales", groups=group_count), f"own_sales_kept_{group_count}"
-        texts = {"dynsource.sql": text, "spark.sql": text, KEPT_ONLY: QUERY.format(fact=kept_fact, groups=group_count)}
+        text = QUERY.format(fact="own_sales", groups=group_count)
+        texts = {"dynsource.sql": text, "spark.sql": text,
+                 KEPT_ONLY: QUERY.format(fact=kept_table(group_count), groups=group_count)}
         times: dict[str, list[float]] = {mode: [] for mode in MODES}
         seen: dict[str, tuple] = {}
         figures: dict[str, dict[str, int]] = {}

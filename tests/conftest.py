@@ -21,7 +21,7 @@ os.environ.setdefault("PYSPARK_SUBMIT_ARGS", jvm.SUBMIT_ARGS)
 # and the Python processes they start, Spark's workers among them, with pyspark's compiled modules
 # (tests/workersite/sitecustomize.py).
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(Path(__file__).parent / "workersite"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    entry for entry in (str(Path(__file__).parent / "workersite"), os.environ.get("PYTHONPATH")) if entry)
 
 # Every run publishes into a filter store of its own, never the user's default one (~/.cache/dynsource/filters),
 # and so do the processes the tests start: they inherit this environment.

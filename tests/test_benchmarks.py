@@ -180,7 +180,8 @@ def test_the_own_source_benchmark_fetches_only_the_kept_rows_as_the_table_of_the
         assert fetched["spark.sql"]["rows"] == 20_000
         assert fetched["dynsource.sql"]["rows"] == fetched[own_source.KEPT_ONLY]["rows"] == kept
         assert report["queries"][label]["result"][0] == kept
-    assert not [t for t in ("own_sales", "own_keys", "own_sales_kept_10") if spark.catalog.tableExists(t)]
+    left = ("own_sales", "own_keys", *(own_source.kept_table(groups) for groups in own_source.QUERIES.values()))
+    assert not [t for t in left if spark.catalog.tableExists(t)]
 
 
 def test_the_write_benchmark_checks_both_tables_and_times_both_writers(spark):
